@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the binaries a GPU machine without Bazel needs and copies them to a git-ignored folder
+# (default .device/bin) that the device tool carries. Run there: .device/bin/run_gpu_tests.sh.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+dest="${1:-.device/bin}"
+tests=$(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
+bazel build //:mkc $tests
+rm -rf "$dest" && mkdir -p "$dest"
+cp bazel-bin/mkc "$dest/"
+for t in $tests; do
+  pkg=${t#//}; pkg=${pkg%%:*}; name=${t##*:}
+  cp "bazel-bin/$pkg/$name" "$dest/"
+done
+cat > "$dest/run_gpu_tests.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs every GPU test binary in this folder; prints doctest's summary for each.
+cd "$(dirname "$0")"
+rc=0
+for t in *_test; do
+  echo "== $t"
+  ./"$t" --duration=true || rc=1
+done
+exit $rc
+RUN
+chmod +x "$dest/run_gpu_tests.sh"
+chmod -R u+w "$dest"
+echo "gpu_bundle: $(ls "$dest" | wc -l) files in $dest"

@@ -1,0 +1,13 @@
+// The `mkc` command line as a function, so tests drive it in-process with captured streams.
+// Exit codes: 0 success, 1 user error (bad schedule, bad flag), 2 environment or internal error.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace mkc::cli {
+
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace mkc::cli
