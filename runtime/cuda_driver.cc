@@ -31,18 +31,18 @@ Driver Driver::load(const char* library) {
                     library, CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10));
   }
   Driver d;
-#define MKC_RESOLVE_ENTRY(name)                                                               \
-  {                                                                                           \
-    void* fn = nullptr;                                                                       \
-    CUdriverProcAddressQueryResult status{};                                                  \
-    CUresult r = get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);    \
-    if (r != CUDA_SUCCESS || fn == nullptr) {                                                 \
-      throw EnvironmentError(fmt::format(                                                     \
-          "CUDA driver in {} has no entry point {} for CUDA {} (cuGetProcAddress result {}, " \
-          "status {}); update the NVIDIA driver",                                             \
-          library, #name, CUDA_VERSION, static_cast<int>(r), static_cast<int>(status)));      \
-    }                                                                                         \
-    d.name = reinterpret_cast<decltype(d.name)>(fn);                                          \
+#define MKC_RESOLVE_ENTRY(name, version)                                                          \
+  {                                                                                               \
+    void* fn = nullptr;                                                                           \
+    CUdriverProcAddressQueryResult status{};                                                      \
+    CUresult r = get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);             \
+    if (r != CUDA_SUCCESS || fn == nullptr) {                                                     \
+      throw EnvironmentError(fmt::format(                                                         \
+          "CUDA driver in {} has no entry point {} (ABI version {}; cuGetProcAddress result {}, " \
+          "status {}); update the NVIDIA driver",                                                 \
+          library, #name, version, static_cast<int>(r), static_cast<int>(status)));               \
+    }                                                                                             \
+    d.name = reinterpret_cast<decltype(d.name)>(fn);                                              \
   }
   MKC_CUDA_DRIVER_ENTRY_POINTS(MKC_RESOLVE_ENTRY)
 #undef MKC_RESOLVE_ENTRY

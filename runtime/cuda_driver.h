@@ -1,44 +1,48 @@
 // The CUDA driver API, loaded at run time with dlopen. Nothing in mkc links libcuda: every binary
 // starts on a machine without a driver and reports "no CUDA driver" only when it needs a GPU.
 //
-// Entry points are listed once (MKC_CUDA_DRIVER_ENTRY_POINTS) and resolved through
-// cuGetProcAddress for the CUDA version of the headers we compile against, so each pointer has
-// exactly the signature cuda.h declares (the driver may carry several ABI versions of a call).
+// Entry points are listed once (MKC_CUDA_DRIVER_ENTRY_POINTS), each pinned to one ABI version and
+// resolved through cuGetProcAddress for that version, typed with cudaTypedefs.h's
+// PFN_<name>_v<version>. Pinning matters: the driver carries several ABIs of some calls, and the
+// newest is not always the one cuda.h's plain name declares (CUDA 13's cuCtxSynchronize at version
+// 13000 takes a CUcontext; the header's cuCtxSynchronize(void) is version 2000).
 // Every call goes through MKC_CU, which throws EnvironmentError naming the call, the place and the
 // decoded CUresult.
 #pragma once
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <string>
 
 namespace mkc::rt {
 
-// X-macro: every driver entry point mkc uses. Add a call here and it is resolved and typed.
+// X-macro: every driver entry point mkc uses, with the ABI version whose PFN type we call through.
+// Add a call here (its version from cudaTypedefs.h) and it is resolved and typed.
 #define MKC_CUDA_DRIVER_ENTRY_POINTS(X) \
-  X(cuInit)                             \
-  X(cuDriverGetVersion)                 \
-  X(cuGetErrorName)                     \
-  X(cuGetErrorString)                   \
-  X(cuDeviceGetCount)                   \
-  X(cuDeviceGet)                        \
-  X(cuDeviceGetName)                    \
-  X(cuDeviceGetAttribute)               \
-  X(cuDeviceTotalMem)                   \
-  X(cuDevicePrimaryCtxRetain)           \
-  X(cuDevicePrimaryCtxRelease)          \
-  X(cuCtxSetCurrent)                    \
-  X(cuCtxGetCurrent)                    \
-  X(cuCtxSynchronize)                   \
-  X(cuModuleLoadData)                   \
-  X(cuModuleUnload)                     \
-  X(cuModuleGetFunction)                \
-  X(cuMemAlloc)                         \
-  X(cuMemFree)                          \
-  X(cuMemcpyHtoD)                       \
-  X(cuMemcpyDtoH)                       \
-  X(cuMemsetD8)                         \
-  X(cuLaunchKernel)
+  X(cuInit, 2000)                       \
+  X(cuDriverGetVersion, 2020)           \
+  X(cuGetErrorName, 6000)               \
+  X(cuGetErrorString, 6000)             \
+  X(cuDeviceGetCount, 2000)             \
+  X(cuDeviceGet, 2000)                  \
+  X(cuDeviceGetName, 2000)              \
+  X(cuDeviceGetAttribute, 2000)         \
+  X(cuDeviceTotalMem, 3020)             \
+  X(cuDevicePrimaryCtxRetain, 7000)     \
+  X(cuDevicePrimaryCtxRelease, 11000)   \
+  X(cuCtxSetCurrent, 4000)              \
+  X(cuCtxGetCurrent, 4000)              \
+  X(cuCtxSynchronize, 2000)             \
+  X(cuModuleLoadData, 2000)             \
+  X(cuModuleUnload, 2000)               \
+  X(cuModuleGetFunction, 2000)          \
+  X(cuMemAlloc, 3020)                   \
+  X(cuMemFree, 3020)                    \
+  X(cuMemcpyHtoD, 3020)                 \
+  X(cuMemcpyDtoH, 3020)                 \
+  X(cuMemsetD8, 3020)                   \
+  X(cuLaunchKernel, 4000)
 
 // The loaded driver: one function pointer per entry point, named as in cuda.h.
 class Driver {
@@ -50,7 +54,7 @@ class Driver {
   // The process-wide driver, loaded and cuInit'ed on first use.
   static const Driver& get();
 
-#define MKC_DECLARE_ENTRY(name) decltype(&::name) name = nullptr;
+#define MKC_DECLARE_ENTRY(name, version) PFN_##name##_v##version name = nullptr;
   MKC_CUDA_DRIVER_ENTRY_POINTS(MKC_DECLARE_ENTRY)
 #undef MKC_DECLARE_ENTRY
 
