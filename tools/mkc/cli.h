@@ -8,6 +8,11 @@
 
 namespace mkc::cli {
 
-int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+struct Terminal {
+  bool err_is_tty = false;  // colour diagnostics on stderr (unless --color=never or NO_COLOR)
+};
+
+int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+        Terminal term = {});
 
 }  // namespace mkc::cli

@@ -1,0 +1,40 @@
+// Semantic checks: from a parsed Module to CheckedSchedules, or diagnostics saying why not.
+//
+// For each schedule and world size it resolves names, evaluates parameters (with -D overrides),
+// shapes and loop bounds in 64-bit checked arithmetic, unrolls loops, checks every operation's
+// operands (kinds, dtypes, shapes), clauses (tile/chunk sizes, algorithms) and dependencies, and
+// rejects schedules that would race (a read of data another operation writes with no `after`) or
+// deadlock (a cycle of waits, within a rank or across ranks: every rank runs the same schedule, so
+// a cycle through a communication edge is rank r waiting on rank s waiting on rank r).
+//
+// Without an explicit world size the schedule is checked for R = 1, 2, 4 and 8, stopping at the
+// first size with errors, so `mkc check` finds sizes that do not divide.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/program.h"
+#include "dsl/ast.h"
+#include "dsl/diagnostics.h"
+
+namespace mkc::compiler {
+
+struct CheckOptions {
+  // World sizes to check; empty: {1, 2, 4, 8}.
+  std::vector<int64_t> ranks;
+  // Ranks per node; 0: all ranks on one node.
+  int64_t ranks_per_node = 0;
+  // -D NAME=VALUE overrides.
+  std::map<std::string, int64_t> defines;
+  // Multiprocessors of the target GPU: role counts must fit (one persistent CTA per SM).
+  int64_t sms = 132;
+};
+
+// Checks every schedule of `module`; returns them checked for the last world size tried (empty
+// when there were errors). Diagnostics go to `diags`.
+std::vector<CheckedSchedule> check(const dsl::Module& module, const CheckOptions& options,
+                                   dsl::Diagnostics& diags);
+
+}  // namespace mkc::compiler

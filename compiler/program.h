@@ -1,0 +1,140 @@
+// The checked schedule: what compiler/check produces from the AST once every name is resolved,
+// every parameter evaluated for a world size, and every loop unrolled. All sizes are concrete
+// integers; an operation inside a loop appears once per iteration. Lowering (the plan) starts here.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dsl/ast.h"
+
+namespace mkc::compiler {
+
+// X(Enumerator, "name", bytes, is_float)
+#define MKC_DTYPES(X)              \
+  X(kBf16, "bf16", 2, true)        \
+  X(kF16, "f16", 2, true)          \
+  X(kF32, "f32", 4, true)          \
+  X(kF64, "f64", 8, true)          \
+  X(kFp8E4m3, "fp8_e4m3", 1, true) \
+  X(kFp8E5m2, "fp8_e5m2", 1, true) \
+  X(kI32, "i32", 4, false)         \
+  X(kI64, "i64", 8, false)
+
+enum class DType {
+#define MKC_DTYPE_ENUM(e, name, bytes, is_float) e,
+  MKC_DTYPES(MKC_DTYPE_ENUM)
+#undef MKC_DTYPE_ENUM
+};
+
+const char* dtype_name(DType t);
+int dtype_bytes(DType t);
+bool dtype_is_float(DType t);
+bool dtype_is_fp8(DType t);
+// Parses "bf16", ...; false when unknown.
+bool parse_dtype(const std::string& s, DType* out);
+std::vector<std::string> dtype_names();
+
+// X(Enumerator, "name", is_comm)
+#define MKC_OPS(X)                         \
+  X(kGemm, "gemm", false)                  \
+  X(kGroupedGemm, "grouped_gemm", false)   \
+  X(kMap, "map", false)                    \
+  X(kReduce, "reduce", false)              \
+  X(kAttention, "attention", false)        \
+  X(kCopy, "copy", false)                  \
+  X(kAllReduce, "allreduce", true)         \
+  X(kAllGather, "allgather", true)         \
+  X(kReduceScatter, "reducescatter", true) \
+  X(kAllToAll, "alltoall", true)           \
+  X(kCombine, "combine", true)             \
+  X(kShift, "shift", true)                 \
+  X(kPut, "put", true)                     \
+  X(kSignal, "signal", true)
+
+enum class OpKind {
+#define MKC_OP_ENUM(e, name, is_comm) e,
+  MKC_OPS(MKC_OP_ENUM)
+#undef MKC_OP_ENUM
+};
+
+const char* op_name(OpKind k);
+bool op_is_comm(OpKind k);
+bool parse_op(const std::string& s, OpKind* out);
+std::vector<std::string> op_names(bool comm);
+
+struct Tensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  dsl::TensorKind kind = dsl::TensorKind::kInput;
+  dsl::Placement placement = dsl::Placement::kLocal;
+  dsl::Span span;
+  int64_t elements() const;
+};
+
+// A tensor as an operation uses it: possibly a slice of its leading dimensions (`KV[1, 0]`), and
+// possibly a peer's copy (`peer(rank + 1).Y`, the peer index an expression of `rank`, taken modulo
+// the world size).
+struct TensorUse {
+  int tensor = -1;
+  std::vector<int64_t> index;
+  std::vector<int64_t> shape;  // the shape after indexing
+  bool on_peer = false;
+  dsl::Expr peer;
+  dsl::Span span;
+};
+
+enum class Granule { kAll, kTile, kChunk };
+
+struct Dependency {
+  int op = -1;  // index into CheckedSchedule::ops
+  Granule granule = Granule::kAll;
+  dsl::Span span;
+};
+
+// One operation instance (a loop body's operation appears once per iteration).
+struct OpInstance {
+  OpKind kind = OpKind::kGemm;
+  std::string name;
+  int iteration = -1;  // the loop variable's value, -1 outside loops
+  std::vector<TensorUse> inputs;
+  std::vector<TensorUse> outputs;
+  std::string reduce_op;                   // sum / max / min for reductions and collectives
+  int device_fn = -1;                      // map's function or gemm's epilogue
+  std::map<std::string, int64_t> ints;     // named integer arguments (by, causal, axis, ...)
+  std::map<std::string, double> floats;    // named decimal arguments (scale)
+  std::map<std::string, int> tensor_args;  // named tensor arguments (route, counts, weights, bias)
+  int dispatch_op = -1;                    // combine: the alltoall instance it reverses
+  std::vector<int64_t> tile;               // compute: tile sizes
+  std::vector<int64_t> chunk;              // comm: chunk sizes
+  std::string algo;                        // collectives: "auto", "one_shot", "two_shot", "ring"
+  bool has_rows_from = false;
+  dsl::Expr rows_from;  // gemm: the row block to start with (may use `rank`)
+  std::vector<Dependency> deps;
+  const dsl::OpDecl* decl = nullptr;
+};
+
+struct DeviceFunction {
+  std::string name;
+  std::vector<std::pair<std::string, DType>> params;
+  DType ret = DType::kF32;
+  std::string body;
+  dsl::Span body_span;
+};
+
+struct CheckedSchedule {
+  std::string name;
+  int64_t ranks = 1;           // world size R it was checked for
+  int64_t ranks_per_node = 1;  // L
+  std::map<std::string, int64_t> params;
+  std::vector<Tensor> tensors;
+  std::vector<DeviceFunction> device_fns;
+  std::vector<OpInstance> ops;
+  std::map<std::string, int64_t> roles;
+  const dsl::Schedule* ast = nullptr;
+};
+
+}  // namespace mkc::compiler

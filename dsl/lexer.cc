@@ -1,0 +1,297 @@
+#include "dsl/lexer.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+
+namespace mkc::dsl {
+
+std::string tok_description(Tok t) {
+  switch (t) {
+    case Tok::kEof:
+      return "end of file";
+    case Tok::kIdent:
+      return "identifier";
+    case Tok::kInt:
+      return "integer";
+    case Tok::kFloat:
+      return "number";
+    case Tok::kLBrace:
+      return "`{`";
+    case Tok::kRBrace:
+      return "`}`";
+    case Tok::kLParen:
+      return "`(`";
+    case Tok::kRParen:
+      return "`)`";
+    case Tok::kLBracket:
+      return "`[`";
+    case Tok::kRBracket:
+      return "`]`";
+    case Tok::kComma:
+      return "`,`";
+    case Tok::kColon:
+      return "`:`";
+    case Tok::kAssign:
+      return "`=`";
+    case Tok::kArrow:
+      return "`->`";
+    case Tok::kPlus:
+      return "`+`";
+    case Tok::kMinus:
+      return "`-`";
+    case Tok::kStar:
+      return "`*`";
+    case Tok::kSlash:
+      return "`/`";
+    case Tok::kPercent:
+      return "`%`";
+    case Tok::kDot:
+      return "`.`";
+    case Tok::kDotDot:
+      return "`..`";
+    case Tok::kLt:
+      return "`<`";
+    case Tok::kLe:
+      return "`<=`";
+    case Tok::kGt:
+      return "`>`";
+    case Tok::kGe:
+      return "`>=`";
+    case Tok::kEqEq:
+      return "`==`";
+    case Tok::kNe:
+      return "`!=`";
+    case Tok::kAndAnd:
+      return "`&&`";
+    case Tok::kOrOr:
+      return "`||`";
+    case Tok::kNot:
+      return "`!`";
+#define MKC_KW_DESC(e, text) \
+  case Tok::e:               \
+    return "`" text "`";
+      MKC_KEYWORDS(MKC_KW_DESC)
+#undef MKC_KW_DESC
+  }
+  return "token";
+}
+
+Lexer::Lexer(std::shared_ptr<const SourceFile> file, Diagnostics& diags)
+    : file_(std::move(file)), text_(file_->text()), diags_(diags) {}
+
+void Lexer::skip_space_and_comments() {
+  while (pos_ < text_.size()) {
+    const char c = text_[pos_];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
+      ++pos_;
+    } else if (c == '#') {
+      while (pos_ < text_.size() && text_[pos_] != '\n') ++pos_;
+    } else {
+      break;
+    }
+  }
+}
+
+Token Lexer::lex_number() {
+  const uint32_t start = pos_;
+  bool is_float = false;
+  while (pos_ < text_.size() &&
+         (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) {
+    ++pos_;
+  }
+  // A fraction needs a digit after the dot, so `0..R` lexes as 0, .., R.
+  if (pos_ + 1 < text_.size() && text_[pos_] == '.' &&
+      std::isdigit(static_cast<unsigned char>(text_[pos_ + 1]))) {
+    is_float = true;
+    ++pos_;
+    while (pos_ < text_.size() && std::isalnum(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  // Exponent sign: 1e-3.
+  if (pos_ < text_.size() && (text_[pos_] == '-' || text_[pos_] == '+') && pos_ > start &&
+      (text_[pos_ - 1] == 'e' || text_[pos_ - 1] == 'E') && text_.substr(start, 2) != "0x") {
+    is_float = true;
+    ++pos_;
+    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  Token t;
+  t.span = {start, pos_};
+  t.text = text_.substr(start, pos_ - start);
+  std::string digits;
+  for (char c : t.text) {
+    if (c != '_') digits += c;
+  }
+  const bool hex = digits.size() > 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X');
+  if (!is_float && !hex) {
+    for (char c : digits) {
+      if (c == 'e' || c == 'E') is_float = true;
+    }
+  }
+  errno = 0;
+  char* end = nullptr;
+  if (is_float) {
+    t.kind = Tok::kFloat;
+    t.float_value = std::strtod(digits.c_str(), &end);
+  } else {
+    t.kind = Tok::kInt;
+    const unsigned long long v = std::strtoull(digits.c_str(), &end, hex ? 16 : 10);
+    if (errno == 0 && v > static_cast<unsigned long long>(std::numeric_limits<int64_t>::max()))
+      errno = ERANGE;
+    t.int_value = static_cast<int64_t>(v);
+  }
+  if (end == nullptr || *end != '\0' || errno == ERANGE || digits.back() == '_') {
+    diags_
+        .error(DiagKind::kInvalidNumber, file_, t.span,
+               errno == ERANGE ? fmt::format("number `{}` is out of range", t.text)
+                               : fmt::format("malformed number `{}`", t.text))
+        .set_hint(errno == ERANGE ? "integers must fit in 64 bits (at most 9223372036854775807)"
+                                  : "write integers as 4096, 4_096 or 0x1000, decimals as 0.125");
+    t.int_value = 1;  // A harmless value so checking can go on.
+    t.float_value = 1;
+  }
+  return t;
+}
+
+Token Lexer::next() {
+  for (;;) {
+    skip_space_and_comments();
+    Token t;
+    if (pos_ >= text_.size()) {
+      t.kind = Tok::kEof;
+      t.span = {static_cast<uint32_t>(text_.size()), static_cast<uint32_t>(text_.size())};
+      return t;
+    }
+    const uint32_t start = pos_;
+    const char c = text_[pos_];
+    const auto make = [&](Tok k, uint32_t len) {
+      pos_ += len;
+      t.kind = k;
+      t.span = {start, pos_};
+      t.text = text_.substr(start, len);
+      return t;
+    };
+    const char n = pos_ + 1 < text_.size() ? text_[pos_ + 1] : '\0';
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      while (pos_ < text_.size() &&
+             (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_'))
+        ++pos_;
+      t.span = {start, pos_};
+      t.text = text_.substr(start, pos_ - start);
+      t.kind = Tok::kIdent;
+#define MKC_KW_MATCH(e, kw) \
+  if (t.text == kw) t.kind = Tok::e;
+      MKC_KEYWORDS(MKC_KW_MATCH)
+#undef MKC_KW_MATCH
+      return t;
+    }
+    if (std::isdigit(static_cast<unsigned char>(c))) return lex_number();
+    switch (c) {
+      case '{':
+        return make(Tok::kLBrace, 1);
+      case '}':
+        return make(Tok::kRBrace, 1);
+      case '(':
+        return make(Tok::kLParen, 1);
+      case ')':
+        return make(Tok::kRParen, 1);
+      case '[':
+        return make(Tok::kLBracket, 1);
+      case ']':
+        return make(Tok::kRBracket, 1);
+      case ',':
+        return make(Tok::kComma, 1);
+      case ':':
+        return make(Tok::kColon, 1);
+      case '+':
+        return make(Tok::kPlus, 1);
+      case '*':
+        return make(Tok::kStar, 1);
+      case '/':
+        return make(Tok::kSlash, 1);
+      case '%':
+        return make(Tok::kPercent, 1);
+      case '-':
+        return n == '>' ? make(Tok::kArrow, 2) : make(Tok::kMinus, 1);
+      case '.':
+        return n == '.' ? make(Tok::kDotDot, 2) : make(Tok::kDot, 1);
+      case '=':
+        return n == '=' ? make(Tok::kEqEq, 2) : make(Tok::kAssign, 1);
+      case '<':
+        return n == '=' ? make(Tok::kLe, 2) : make(Tok::kLt, 1);
+      case '>':
+        return n == '=' ? make(Tok::kGe, 2) : make(Tok::kGt, 1);
+      case '!':
+        return n == '=' ? make(Tok::kNe, 2) : make(Tok::kNot, 1);
+      case '&':
+        if (n == '&') return make(Tok::kAndAnd, 2);
+        break;
+      case '|':
+        if (n == '|') return make(Tok::kOrOr, 2);
+        break;
+      default:
+        break;
+    }
+    // Not a token: report the whole run of such bytes once (a binary file gives a few errors,
+    // not one per byte), then go on.
+    uint32_t end = pos_ + 1;
+    while (end < text_.size() && end - start < 64) {
+      const unsigned char b = static_cast<unsigned char>(text_[end]);
+      if (std::isalnum(b) || std::isspace(b) ||
+          std::string_view("{}()[],:+-*/%.=<>!#_").find(static_cast<char>(b)) !=
+              std::string_view::npos)
+        break;
+      ++end;
+    }
+    const unsigned char uc = static_cast<unsigned char>(c);
+    diags_
+        .error(DiagKind::kInvalidCharacter, file_, {start, end},
+               uc >= 0x20 && uc < 0x7f ? fmt::format("unexpected character `{}`", c)
+                                       : fmt::format("unexpected byte 0x{:02x}", uc))
+        .set_hint(uc >= 0x80 ? "schedules are ASCII outside comments; is this a text file?"
+                             : "comments start with `#`");
+    pos_ = end;
+  }
+}
+
+std::string_view Lexer::raw_block(uint32_t open_end, Span* body_span) {
+  pos_ = open_end;
+  int depth = 1;
+  const uint32_t start = pos_;
+  while (pos_ < text_.size()) {
+    const char c = text_[pos_];
+    const char n = pos_ + 1 < text_.size() ? text_[pos_ + 1] : '\0';
+    if (c == '/' && n == '/') {
+      while (pos_ < text_.size() && text_[pos_] != '\n') ++pos_;
+    } else if (c == '/' && n == '*') {
+      const size_t close = text_.find("*/", pos_ + 2);
+      pos_ = close == std::string_view::npos ? static_cast<uint32_t>(text_.size())
+                                             : static_cast<uint32_t>(close + 2);
+    } else if (c == '"' || c == '\'') {
+      ++pos_;
+      while (pos_ < text_.size() && text_[pos_] != c && text_[pos_] != '\n') {
+        pos_ += text_[pos_] == '\\' ? 2 : 1;
+      }
+      ++pos_;
+    } else {
+      if (c == '{') ++depth;
+      if (c == '}' && --depth == 0) {
+        *body_span = {start, pos_};
+        ++pos_;
+        return text_.substr(start, pos_ - 1 - start);
+      }
+      ++pos_;
+    }
+  }
+  pos_ = static_cast<uint32_t>(text_.size());
+  *body_span = {start, pos_};
+  diags_
+      .error(DiagKind::kUnterminated, file_, {open_end - 1, open_end},
+             "device function body has no closing `}`")
+      .set_hint("balance the braces of the C++ body");
+  return text_.substr(start);
+}
+
+}  // namespace mkc::dsl
