@@ -20,7 +20,9 @@ using dsl::Expr;
 using dsl::Operand;
 using dsl::Span;
 
-constexpr int64_t kMaxInstances = 100000;
+// Bounds that keep checking fast on any input (the race and cycle checks are quadratic at worst).
+constexpr int64_t kMaxInstances = 4096;
+constexpr int64_t kMaxRanks = 4096;
 const std::vector<std::string> kRoles = {"compute", "comm", "proxy", "reduce"};
 const std::vector<std::string> kReduceOps = {"sum", "max", "min"};
 const std::vector<std::string> kAlgos = {"auto", "one_shot", "two_shot", "ring"};
@@ -394,19 +396,16 @@ class Checker {
     evaluating_params_ = true;
     for (const dsl::ParamDecl* p : param_decls_) {
       auto def = opts_.defines.find(p->name);
-      std::optional<int64_t> v;
-      if (def != opts_.defines.end()) {
-        v = def->second;
-        if (*v <= 0) {
-          error(DiagKind::kParamRange, p->name_span,
-                fmt::format("-D {}={}: parameters must be at least 1", p->name, *v));
-          v.reset();
-        }
+      if (def == opts_.defines.end()) {
+        if (depends_on_ranks(p->value)) ranks_names_.insert(p->name);
+        if (auto v = eval_positive(p->value, EvalCtx{}, "parameter", p->name))
+          out_.params[p->name] = *v;
+      } else if (def->second <= 0) {
+        error(DiagKind::kParamRange, p->name_span,
+              fmt::format("-D {}={}: parameters must be at least 1", p->name, def->second));
       } else {
-        v = eval_positive(p->value, EvalCtx{}, "parameter", p->name);
+        out_.params[p->name] = def->second;
       }
-      if (depends_on_ranks(p->value) && def == opts_.defines.end()) ranks_names_.insert(p->name);
-      if (v) out_.params[p->name] = *v;
     }
     evaluating_params_ = false;
   }
@@ -1838,8 +1837,9 @@ std::vector<CheckedSchedule> check(const dsl::Module& module, const CheckOptions
       continue;
     }
     for (int64_t r : sizes) {
-      if (r <= 0) {
-        throw UserError(fmt::format("--ranks {}: the world size must be at least 1", r));
+      if (r <= 0 || r > kMaxRanks) {
+        throw UserError(
+            fmt::format("--ranks {}: the world size must be between 1 and {}", r, kMaxRanks));
       }
       int64_t per_node = options.ranks_per_node > 0 ? options.ranks_per_node : r;
       if (r % per_node != 0) {

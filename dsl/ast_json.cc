@@ -152,6 +152,10 @@ nlohmann::json to_json(const Module& m) {
   return j;
 }
 
+std::string dump_json(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string expr_to_string(const Expr& e) {
   switch (e.kind) {
     case Expr::Kind::kInt:

@@ -97,6 +97,17 @@ TEST_CASE("check --diagnostics-format=json") {
   CHECK(j["diagnostics"][0]["column"] == 17);
 }
 
+TEST_CASE("check --emit=ast: bytes that are not UTF-8 in a device body do not break the JSON") {
+  // Found by the fuzzer: nlohmann::json refused to print invalid UTF-8 and threw.
+  const std::string path = temp_file(
+      "latin1.mks", "schedule s { device f(x: f32) -> f32 { /* caf\xe9 */ return x; } }\n");
+  const Result r = run_cli({"check", "--emit=ast", path});
+  CHECK(r.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["schedules"][0]["items"][0]["body"].get<std::string>().find("caf\xef\xbf\xbd") !=
+        std::string::npos);
+}
+
 TEST_CASE("robustness: hostile inputs get diagnostics and exit 1, quickly") {
   std::mt19937 rng(42);
   std::string binary(64 << 10, '\0');

@@ -183,8 +183,8 @@ int cmd_check(const std::vector<std::string>& args, std::ostream& out, std::ostr
       }
     }
   }
-  if (emit_ast) out << (asts.size() == 1 ? asts[0] : asts).dump(2) << "\n";
-  if (json) err << nlohmann::json{{"diagnostics", all_diags}}.dump(2) << "\n";
+  if (emit_ast) out << dsl::dump_json(asts.size() == 1 ? asts[0] : asts) << "\n";
+  if (json) err << dsl::dump_json(nlohmann::json{{"diagnostics", all_diags}}) << "\n";
   return rc;
 }
 
