@@ -1,5 +1,9 @@
 #include "compiler/program.h"
 
+#include <algorithm>
+
+#include "support/check.h"
+
 namespace mkc::compiler {
 
 const char* dtype_name(DType t) {
@@ -104,6 +108,53 @@ int64_t Tensor::elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+int64_t evaluate(const dsl::Expr& e, int64_t rank, const CheckedSchedule& s) {
+  switch (e.kind) {
+    case dsl::Expr::Kind::kInt:
+      return e.int_value;
+    case dsl::Expr::Kind::kFloat:
+      return static_cast<int64_t>(e.float_value);
+    case dsl::Expr::Kind::kName: {
+      if (e.name == "rank") return rank;
+      auto it = s.params.find(e.name);
+      if (it != s.params.end()) return it->second;
+      if (s.ast && s.ast->ranks && e.name == s.ast->ranks->name) return s.ranks;
+      if (s.ast && s.ast->ranks && e.name == s.ast->ranks->per_node) return s.ranks_per_node;
+      MKC_CHECK(false, "name `{}` survived checking but has no value", e.name);
+      return 0;
+    }
+    case dsl::Expr::Kind::kUnary: {
+      const int64_t v = evaluate(e.args[0], rank, s);
+      return e.op == "!" ? (v == 0) : -v;
+    }
+    case dsl::Expr::Kind::kCall: {
+      const int64_t a = evaluate(e.args[0], rank, s), b = evaluate(e.args[1], rank, s);
+      if (e.name == "min") return std::min(a, b);
+      if (e.name == "max") return std::max(a, b);
+      return (a + b - 1) / b;
+    }
+    case dsl::Expr::Kind::kBinary: {
+      const int64_t a = evaluate(e.args[0], rank, s), b = evaluate(e.args[1], rank, s);
+      const std::string& op = e.op;
+      if (op == "+") return a + b;
+      if (op == "-") return a - b;
+      if (op == "*") return a * b;
+      if (op == "/") return a / b;
+      if (op == "%") return ((a % b) + b) % b;
+      if (op == "<") return a < b;
+      if (op == "<=") return a <= b;
+      if (op == ">") return a > b;
+      if (op == ">=") return a >= b;
+      if (op == "==") return a == b;
+      if (op == "!=") return a != b;
+      if (op == "&&") return a && b;
+      return a || b;
+    }
+  }
+  MKC_CHECK(false, "unhandled expression kind");
+  return 0;
 }
 
 }  // namespace mkc::compiler

@@ -137,4 +137,9 @@ struct CheckedSchedule {
   const dsl::Schedule* ast = nullptr;
 };
 
+// Evaluates an expression that survived checking for one rank (`rank` = that rank): params, the
+// world-size names and integer arithmetic. Peer indices are taken modulo the world size by the
+// caller.
+int64_t evaluate(const dsl::Expr& e, int64_t rank, const CheckedSchedule& s);
+
 }  // namespace mkc::compiler

@@ -1,0 +1,466 @@
+#include "compiler/interpret.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "support/check.h"
+#include "support/error.h"
+
+namespace mkc::plan {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+int64_t product(const std::vector<int64_t>& v, size_t from = 0) {
+  int64_t p = 1;
+  for (size_t i = from; i < v.size(); ++i) p *= v[i];
+  return p;
+}
+
+// Flat index of a multi-index inside a view (no allocation: this is the interpreter's inner loop).
+template <typename... I>
+int64_t flat(const View& v, I... idx) {
+  const int64_t ix[] = {static_cast<int64_t>(idx)...};
+  int64_t f = 0;
+  for (size_t d = 0; d < sizeof...(I); ++d) f = f * v.shape[d] + ix[d];
+  return v.offset + f;
+}
+
+int64_t flat_vec(const View& v, const std::vector<int64_t>& idx) {
+  int64_t f = 0;
+  for (size_t d = 0; d < v.shape.size(); ++d) f = f * v.shape[d] + idx[d];
+  return v.offset + f;
+}
+
+// Calls fn(src_flat, dst_flat, n) for each contiguous row of the box [lo, hi) of `src`, paired
+// with the box of the same extents starting at `dst_lo` in `dst`.
+template <typename F>
+void for_rows(const View& src, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi, const View& dst,
+              const std::vector<int64_t>& dst_lo, F fn) {
+  const size_t n = lo.size();
+  for (size_t d = 0; d < n; ++d) {
+    if (lo[d] >= hi[d]) return;
+  }
+  const int64_t len = n == 0 ? 1 : hi[n - 1] - lo[n - 1];
+  std::vector<int64_t> idx = lo, didx = dst_lo;
+  for (;;) {
+    fn(flat_vec(src, idx), flat_vec(dst, didx), len);
+    if (n <= 1) return;
+    size_t d = n - 1;
+    for (;;) {
+      --d;
+      ++idx[d];
+      ++didx[d];
+      if (idx[d] < hi[d]) break;
+      didx[d] -= idx[d] - lo[d];
+      idx[d] = lo[d];
+      if (d == 0) return;
+    }
+  }
+}
+
+// Reads a range encoded as {n, lo[n], hi[n]} at args[pos]; advances pos.
+void read_range(const std::vector<int64_t>& args, size_t* pos, std::vector<int64_t>* lo, std::vector<int64_t>* hi) {
+  const int64_t n = args[(*pos)++];
+  lo->assign(args.begin() + static_cast<long>(*pos), args.begin() + static_cast<long>(*pos + n));
+  hi->assign(args.begin() + static_cast<long>(*pos + n), args.begin() + static_cast<long>(*pos + 2 * n));
+  *pos += 2 * n;
+}
+
+double reduce2(int64_t op, double a, double b) {
+  if (op == 0) return a + b;
+  if (op == 1) return std::max(a, b);
+  return std::min(a, b);
+}
+
+class Machine {
+ public:
+  Machine(const Plan& p, const InterpretOptions& o) : p_(p), o_(o), rng_(o.seed) {
+    data_.assign(p.ranks, RankData(p.buffers.size()));
+    for (auto& rank : data_) {
+      for (size_t b = 0; b < p.buffers.size(); ++b) rank[b].assign(p.buffers[b].elements(), kNaN);
+    }
+    counters_.assign(p.events.size(), 0);
+    for (const compiler::DeviceFunction& f : p.source->device_fns) {
+      auto it = o.fns.find(f.name);
+      if (it == o.fns.end()) {
+        throw UserError(fmt::format("the interpreter has no host implementation of device function `{}`; "
+                                    "supply one in InterpretOptions::fns", f.name));
+      }
+      fns_.push_back(it->second);
+    }
+  }
+
+  InterpretResult run() {
+    InterpretResult res;
+    res.snapshots.assign(o_.launches, std::vector<RankData>(p_.ranks));
+    const int64_t ctas = p_.cta_tasks.empty() ? 0 : static_cast<int64_t>(p_.cta_tasks[0].size());
+    std::vector<int> epoch(p_.ranks, 0);
+    std::vector<std::vector<size_t>> pc(p_.ranks, std::vector<size_t>(ctas, 0));
+    for (int64_t r = 0; r < p_.ranks; ++r) start_launch(static_cast<int>(r), &epoch[r], &pc[r]);
+    for (;;) {
+      // Runnable (rank, cta) pairs.
+      std::vector<std::pair<int, int>> ready;
+      bool work_left = false;
+      for (int64_t r = 0; r < p_.ranks; ++r) {
+        if (epoch[r] > o_.launches) continue;
+        for (int64_t c = 0; c < ctas; ++c) {
+          const auto& list = p_.cta_tasks[r][c];
+          if (pc[r][c] >= list.size()) continue;
+          work_left = true;
+          if (satisfied(p_.tasks[list[pc[r][c]]], epoch[r])) ready.push_back({static_cast<int>(r), static_cast<int>(c)});
+        }
+      }
+      if (ready.empty()) {
+        if (!work_left) break;
+        report_deadlock(epoch, pc);
+      }
+      const auto [r, c] = ready[std::uniform_int_distribution<size_t>(0, ready.size() - 1)(rng_)];
+      const Task& t = p_.tasks[p_.cta_tasks[r][c][pc[r][c]]];
+      execute(t);
+      for (const Signal& s : t.signals) ++counters_[s.event];
+      ++pc[r][c];
+      ++res.tasks_run;
+      // A rank whose CTAs are all done ends its launch; the host then starts the next one.
+      bool done = true;
+      for (int64_t k = 0; k < ctas; ++k) done &= pc[r][k] >= p_.cta_tasks[r][k].size();
+      if (done) {
+        res.snapshots[epoch[r] - 1][r] = data_[r];
+        start_launch(r, &epoch[r], &pc[r]);
+      }
+    }
+    return res;
+  }
+
+ private:
+  void start_launch(int r, int* epoch, std::vector<size_t>* pc) {
+    ++*epoch;
+    if (*epoch > o_.launches) return;
+    std::fill(pc->begin(), pc->end(), 0);
+    // The host writes fresh inputs and the test poisons outputs and scratch before the launch.
+    for (size_t b = 0; b < p_.buffers.size(); ++b) {
+      if (p_.buffers[b].origin != "input" && p_.buffers[b].origin != "compiler") std::fill(data_[r][b].begin(), data_[r][b].end(), kNaN);
+    }
+    o_.inputs(r, *epoch, data_[r]);
+    bool empty = true;
+    for (const auto& list : p_.cta_tasks[r]) empty &= list.empty();
+    if (empty) {
+      // Nothing to run on this rank (e.g. an in-place all-reduce on one rank).
+      snapshots_pending_.push_back({r, *epoch});
+    }
+  }
+
+  bool satisfied(const Task& t, int epoch) const {
+    for (const Wait& w : t.waits) {
+      if (counters_[w.event] < static_cast<int64_t>(epoch - w.lag) * w.count) return false;
+    }
+    return true;
+  }
+
+  [[noreturn]] void report_deadlock(const std::vector<int>& epoch, const std::vector<std::vector<size_t>>& pc) const {
+    std::string msg = fmt::format("plan `{}` deadlocks: no task can run, but work remains", p_.schedule);
+    int shown = 0;
+    for (int64_t r = 0; r < p_.ranks; ++r) {
+      for (size_t c = 0; c < pc[r].size(); ++c) {
+        const auto& list = p_.cta_tasks[r][c];
+        if (pc[r][c] >= list.size() || epoch[r] > o_.launches) continue;
+        const Task& t = p_.tasks[list[pc[r][c]]];
+        for (const Wait& w : t.waits) {
+          const int64_t want = static_cast<int64_t>(epoch[r] - w.lag) * w.count;
+          if (counters_[w.event] >= want || shown >= 12) continue;
+          msg += fmt::format("\n  rank {} launch {} cta {}: task {} waits for event {} to reach {}, seen {}", r, epoch[r], c, t.label,
+                             p_.events[w.event].name, want, counters_[w.event]);
+          ++shown;
+        }
+      }
+    }
+    throw UserError(msg);
+  }
+
+  double fn(int64_t index, const std::vector<double>& args) const { return fns_[index](args); }
+
+  void execute(const Task& t) {
+    RankData& me = data_[t.rank];
+    const auto buf = [&](const View& v) -> std::vector<double>& { return data_[v.rank][v.buffer]; };
+    switch (t.kind) {
+      case TaskKind::kLaunchFence:
+      case TaskKind::kLaunchEnd:
+      case TaskKind::kSignalOnly:
+        return;
+      case TaskKind::kGemmTile: {
+        const View &a = t.views[0], &b = t.views[1], &c = t.views[2];
+        const int64_t m0 = t.args[0], m1 = t.args[1], n0 = t.args[2], n1 = t.args[3], K = a.shape[1];
+        for (int64_t m = m0; m < m1; ++m) {
+          for (int64_t n = n0; n < n1; ++n) {
+            double acc = 0;
+            const std::vector<double>& av = buf(a);
+            const std::vector<double>& bv = buf(b);
+            const int64_t arow = flat(a, m, 0), bcol = flat(b, 0, n), N = b.shape[1];
+            for (int64_t k = 0; k < K; ++k) acc += av[arow + k] * bv[bcol + k * N];
+            if (t.args[6]) acc += buf(t.views[3])[flat(t.views[3], n)];
+            if (t.args[5] >= 0) acc = fn(t.args[5], {acc});
+            buf(c)[flat(c, m, n)] = acc;
+          }
+        }
+        return;
+      }
+      case TaskKind::kGroupedGemmTile: {
+        const View &x = t.views[0], &w = t.views[1], &y = t.views[2], &cn = t.views[3];
+        const int64_t G = w.shape[0], K = x.shape[1];
+        std::vector<int64_t> start(G + 1, 0);
+        const int64_t lead = product(cn.shape) / G;
+        for (int64_t g = 0; g < G; ++g) {
+          int64_t rows = 0;
+          for (int64_t l = 0; l < lead; ++l) rows += static_cast<int64_t>(buf(cn)[cn.offset + l * G + g]);
+          start[g + 1] = start[g] + rows;
+        }
+        for (int64_t r = t.args[0]; r < t.args[1] && r < start[G]; ++r) {
+          int64_t g = 0;
+          while (start[g + 1] <= r) ++g;
+          for (int64_t n = t.args[2]; n < t.args[3]; ++n) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; ++k) acc += buf(x)[flat(x, r, k)] * buf(w)[flat(w, g, k, n)];
+            if (t.args[4] >= 0) acc = fn(t.args[4], {acc});
+            buf(y)[flat(y, r, n)] = acc;
+          }
+        }
+        return;
+      }
+      case TaskKind::kMapTile:
+      case TaskKind::kCopy: {
+        const bool is_map = t.kind == TaskKind::kMapTile;
+        const size_t nin = t.views.size() - 1;
+        const View& y = t.views[nin];
+        const int64_t row = product(y.shape, 1);
+        std::vector<double> in(nin);
+        for (int64_t e = t.args[0] * row; e < t.args[1] * row; ++e) {
+          for (size_t i = 0; i < nin; ++i) in[i] = buf(t.views[i])[t.views[i].offset + e];
+          buf(y)[y.offset + e] = is_map ? fn(t.args[2], in) : in[0];
+        }
+        return;
+      }
+      case TaskKind::kReduceTile: {
+        const View &x = t.views[0], &y = t.views[1];
+        const int64_t axis = t.args[2], op = t.args[3];
+        const int64_t inner = product(x.shape, axis + 1), n = x.shape[axis];
+        for (int64_t e = t.args[0]; e < t.args[1]; ++e) {
+          const int64_t outer = e / inner, in = e % inner;
+          double acc = buf(x)[x.offset + (outer * n) * inner + in];
+          for (int64_t k = 1; k < n; ++k) acc = reduce2(op, acc, buf(x)[x.offset + (outer * n + k) * inner + in]);
+          buf(y)[y.offset + e] = acc;
+        }
+        return;
+      }
+      case TaskKind::kAttentionTile: {
+        const View &q = t.views[0], &k = t.views[1], &v = t.views[2], &o = t.views[3];
+        const int64_t l = t.args[0], Sk = k.shape[1], D = q.shape[2], Dv = v.shape[2];
+        const bool causal = t.args[3], acc_on = t.args[4], first = t.args[5], last = t.args[6];
+        double scale = 0;
+        std::memcpy(&scale, &t.args[7], sizeof(scale));
+        for (int64_t qi = t.args[1]; qi < t.args[2]; ++qi) {
+          double m = -std::numeric_limits<double>::infinity(), sum = 0;
+          std::vector<double> acc(Dv, 0);
+          if (acc_on && !first) {
+            m = buf(t.views[5])[flat(t.views[5], l, qi, 0)];
+            sum = buf(t.views[6])[flat(t.views[6], l, qi, 0)];
+            for (int64_t d = 0; d < Dv; ++d) acc[d] = buf(t.views[4])[flat(t.views[4], l, qi, d)];
+          }
+          for (int64_t j = 0; j < Sk; ++j) {
+            if (causal && j > qi) continue;
+            double s = 0;
+            const int64_t qo = flat(q, l, qi, 0), ko = flat(k, l, j, 0);
+            const std::vector<double>& qv = buf(q);
+            const std::vector<double>& kv = buf(k);
+            for (int64_t d = 0; d < D; ++d) s += qv[qo + d] * kv[ko + d];
+            s *= scale;
+            const double m_new = std::max(m, s);
+            const double corr = std::isinf(m) ? 0 : std::exp(m - m_new);
+            const double p = std::exp(s - m_new);
+            sum = sum * corr + p;
+            for (int64_t d = 0; d < Dv; ++d) acc[d] = acc[d] * corr + p * buf(v)[flat(v, l, j, d)];
+            m = m_new;
+          }
+          if (acc_on) {
+            buf(t.views[5])[flat(t.views[5], l, qi, 0)] = m;
+            buf(t.views[6])[flat(t.views[6], l, qi, 0)] = sum;
+            for (int64_t d = 0; d < Dv; ++d) buf(t.views[4])[flat(t.views[4], l, qi, d)] = acc[d];
+          }
+          if (last) {
+            for (int64_t d = 0; d < Dv; ++d) buf(o)[flat(o, l, qi, d)] = acc[d] / sum;
+          }
+        }
+        return;
+      }
+      case TaskKind::kSend: {
+        std::vector<int64_t> lo, hi, lo2, hi2;
+        size_t pos = 0;
+        read_range(t.args, &pos, &lo, &hi);
+        if (pos < t.args.size()) {
+          read_range(t.args, &pos, &lo2, &hi2);
+        } else {
+          lo2 = lo;
+          hi2 = hi;
+        }
+        const View &src = t.views[0], &dst = t.views[1];
+        std::vector<double>& from = buf(src);
+        std::vector<double>& to = buf(dst);
+        for_rows(src, lo, hi, dst, lo2, [&](int64_t a, int64_t b, int64_t n) {
+          for (int64_t k = 0; k < n; ++k) to[b + k] = from[a + k];
+        });
+        return;
+      }
+      case TaskKind::kReduceSlots: {
+        const int64_t op = t.args[0], self = t.args[1];
+        const bool out_x = t.args[2];
+        std::vector<int64_t> xlo, xhi, lo, hi;
+        size_t pos = 3;
+        read_range(t.args, &pos, &xlo, &xhi);
+        read_range(t.args, &pos, &lo, &hi);
+        const View &own = t.views[0], &slots = t.views[1], &out = t.views[2];
+        const int64_t slot_elems = product(slots.shape, 1);
+        View one = slots;
+        one.shape.erase(one.shape.begin());
+        // The reduction over the box, row by row: own's x box first, then every other slot.
+        std::vector<double> acc;
+        for_rows(own, xlo, xhi, own, xlo, [&](int64_t a, int64_t, int64_t n) {
+          for (int64_t k = 0; k < n; ++k) acc.push_back(buf(own)[a + k]);
+        });
+        for (int64_t s = 0; s < static_cast<int64_t>(slots.shape[0]); ++s) {
+          if (s == self) continue;
+          View sv = one;
+          sv.offset = slots.offset + s * slot_elems;
+          size_t i = 0;
+          for_rows(sv, lo, hi, sv, lo, [&](int64_t a, int64_t, int64_t n) {
+            for (int64_t k = 0; k < n; ++k, ++i) acc[i] = reduce2(op, acc[i], buf(sv)[a + k]);
+          });
+        }
+        size_t i = 0;
+        const std::vector<int64_t>& olo = out_x ? xlo : lo;
+        const std::vector<int64_t>& ohi = out_x ? xhi : hi;
+        for_rows(out, olo, ohi, out, olo, [&](int64_t a, int64_t, int64_t n) {
+          for (int64_t k = 0; k < n; ++k, ++i) buf(out)[a + k] = acc[i];
+        });
+        return;
+      }
+      case TaskKind::kA2aCounts: {
+        const View& route = t.views[0];
+        const int64_t E = t.args[0];
+        std::vector<double> cnt(E, 0);
+        for (int64_t i = 0; i < product(route.shape); ++i) cnt[static_cast<int64_t>(buf(route)[route.offset + i])] += 1;
+        for (size_t d = 1; d < t.views.size(); ++d) {
+          const View& xc = t.views[d];
+          for (int64_t e = 0; e < E; ++e) buf(xc)[flat(xc, t.rank, e)] = cnt[e];
+        }
+        return;
+      }
+      case TaskKind::kA2aSend: {
+        const View &x = t.views[0], &route = t.views[1], &xc = t.views[2];
+        const int64_t r0 = t.args[0], r1 = t.args[1], E = t.args[2], K = t.args[3], R = p_.ranks, per = E / R;
+        const int64_t H = x.shape[1];
+        for (int64_t tok = r0; tok < r1; ++tok) {
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t e = static_cast<int64_t>(buf(route)[flat(route, tok, k)]);
+            const int64_t d = e / per, le = e % per;
+            int64_t pos = 0;
+            for (int64_t e2 = d * per; e2 < d * per + le; ++e2) {
+              for (int64_t s = 0; s < R; ++s) pos += static_cast<int64_t>(buf(xc)[flat(xc, s, e2)]);
+            }
+            for (int64_t s = 0; s < t.rank; ++s) pos += static_cast<int64_t>(buf(xc)[flat(xc, s, e)]);
+            for (int64_t i = 0; i < tok * K + k; ++i) pos += static_cast<int64_t>(buf(route)[route.offset + i]) == e;
+            const View& y = t.views[3 + d];
+            const View& origin = t.views[3 + R + d];
+            for (int64_t h = 0; h < H; ++h) buf(y)[flat(y, pos, h)] = buf(x)[flat(x, tok, h)];
+            buf(origin)[flat(origin, pos, 0)] = static_cast<double>(t.rank);
+            buf(origin)[flat(origin, pos, 1)] = static_cast<double>(tok);
+            buf(origin)[flat(origin, pos, 2)] = static_cast<double>(k);
+          }
+        }
+        return;
+      }
+      case TaskKind::kA2aFinish: {
+        const View &xc = t.views[0], &counts = t.views[1];
+        const int64_t E = t.args[0], per = E / p_.ranks;
+        for (int64_t s = 0; s < p_.ranks; ++s) {
+          for (int64_t le = 0; le < per; ++le) buf(counts)[flat(counts, s, le)] = buf(xc)[flat(xc, s, t.rank * per + le)];
+        }
+        return;
+      }
+      case TaskKind::kCombineSend: {
+        const View &y = t.views[0], &origin = t.views[1], &xc = t.views[2];
+        const int64_t E = t.args[0], per = E / p_.ranks, H = y.shape[1];
+        int64_t total = 0;
+        for (int64_t s = 0; s < p_.ranks; ++s) {
+          for (int64_t le = 0; le < per; ++le) total += static_cast<int64_t>(buf(xc)[flat(xc, s, t.rank * per + le)]);
+        }
+        for (int64_t p = 0; p < total; ++p) {
+          const int64_t s = static_cast<int64_t>(buf(origin)[flat(origin, p, 0)]);
+          const int64_t tok = static_cast<int64_t>(buf(origin)[flat(origin, p, 1)]);
+          const int64_t k = static_cast<int64_t>(buf(origin)[flat(origin, p, 2)]);
+          const View& back = t.views[3 + s];
+          for (int64_t h = 0; h < H; ++h) buf(back)[flat(back, tok, k, h)] = buf(y)[flat(y, p, h)];
+        }
+        return;
+      }
+      case TaskKind::kCombineReduce: {
+        const View &back = t.views[0], &w = t.views[1], &out = t.views[2];
+        const int64_t K = back.shape[1], H = back.shape[2];
+        for (int64_t tok = t.args[0]; tok < t.args[1]; ++tok) {
+          for (int64_t h = 0; h < H; ++h) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; ++k) acc += (t.args[2] ? buf(w)[flat(w, tok, k)] : 1.0) * buf(back)[flat(back, tok, k, h)];
+            buf(out)[flat(out, tok, h)] = acc;
+          }
+        }
+        return;
+      }
+    }
+    (void)me;
+  }
+
+  const Plan& p_;
+  const InterpretOptions& o_;
+  std::mt19937_64 rng_;
+  std::vector<RankData> data_;
+  std::vector<int64_t> counters_;
+  std::vector<HostFn> fns_;
+  std::vector<std::pair<int, int>> snapshots_pending_;
+};
+
+}  // namespace
+
+InterpretResult interpret(const Plan& plan, const InterpretOptions& options) {
+  MKC_CHECK(options.inputs != nullptr, "InterpretOptions::inputs is required");
+  Machine m(plan, options);
+  InterpretResult res = m.run();
+  return res;
+}
+
+InputFn random_inputs(const Plan& plan, uint64_t seed) {
+  // Routing tables of alltoall operations: which buffers, and how many experts.
+  std::map<int, int64_t> routes;
+  for (const compiler::OpInstance& op : plan.source->ops) {
+    if (op.kind == compiler::OpKind::kAllToAll) routes[op.tensor_args.at("route")] = op.ints.at("experts");
+  }
+  return [&plan, seed, routes](int rank, int launch, RankData& data) {
+    for (size_t b = 0; b < plan.buffers.size(); ++b) {
+      if (plan.buffers[b].origin != "input") continue;
+      std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(launch) * 7919u + static_cast<uint64_t>(rank) * 104729u + b);
+      auto it = routes.find(plan.buffers[b].tensor);
+      for (double& v : data[b]) {
+        if (it != routes.end()) {
+          v = static_cast<double>(std::uniform_int_distribution<int64_t>(0, it->second - 1)(rng));
+        } else if (compiler::dtype_is_float(plan.buffers[b].dtype)) {
+          v = std::uniform_real_distribution<double>(-1.0, 1.0)(rng);
+        } else {
+          v = static_cast<double>(std::uniform_int_distribution<int64_t>(0, 7)(rng));
+        }
+      }
+    }
+  };
+}
+
+}  // namespace mkc::plan

@@ -1,0 +1,23 @@
+// Lowering: a checked schedule (for one world size) becomes a plan's buffers and tasks.
+//
+// Each operation instance becomes tasks on every rank: compute operations one task per tile,
+// communication one or more per chunk. Collectives are lowered here through a selector
+// (one-shot for small messages, two-shot for large ones, or what `algo(...)` asks), recorded in
+// Plan::decisions. Every task lists the boxes it reads and writes; dependencies are not made here
+// (compiler/dependencies.h derives them from those boxes).
+#pragma once
+
+#include "compiler/plan.h"
+
+namespace mkc::plan {
+
+struct LowerOptions {
+  // Collectives of at most this many bytes per rank go one-shot under algo(auto).
+  int64_t one_shot_max_bytes = 1 << 20;
+  // Upper bound of a2a_send tasks per rank (row blocks of the dispatched tensor).
+  int64_t max_a2a_tasks_per_rank = 8;
+};
+
+Plan lower(const compiler::CheckedSchedule& schedule, const LowerOptions& options = {});
+
+}  // namespace mkc::plan

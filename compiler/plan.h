@@ -1,0 +1,147 @@
+// The plan: what a checked schedule becomes before code generation. Plain values, dumpable as JSON
+// (`mkc compile --emit=plan`), executed on the CPU by compiler/interpret.h and turned into one
+// persistent kernel by code generation.
+//
+// The plan is rank-specific: every task belongs to one rank and names concrete regions of concrete
+// buffers, so a task's pointers and its wait targets are constants. Dependencies are events:
+// counters that live in the memory of the rank that waits on them (producers push; consumers spin on
+// local memory). Counters only grow. A wait names a per-launch count and a lag: in launch e
+// (e = 1, 2, ...) it waits until the counter reaches (e - lag) * count, so nothing is reset between
+// launches and a late write from launch e - 1 cannot be mistaken for launch e.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/program.h"
+
+namespace mkc::plan {
+
+// How a signal reaches the waiting task (DESIGN.md "hand-off kinds").
+enum class HandOff {
+  kLocal,      // same GPU: release/acquire counter in global memory
+  kPeerFlag,   // another GPU of the node: release atomic into the peer's memory over NVLink
+  kProxy,      // another node: the host proxy's RDMA write + remote counter update
+};
+const char* handoff_name(HandOff h);
+
+// A buffer: one per tensor, plus the compiler's scratch (receive slots, attention state).
+struct Buffer {
+  std::string name;
+  compiler::DType dtype = compiler::DType::kF32;
+  std::vector<int64_t> shape;
+  bool symmetric = false;
+  std::string origin;  // "input", "output", "scratch" or "compiler"
+  int tensor = -1;     // index into CheckedSchedule::tensors, -1 for compiler scratch
+  int64_t elements() const;
+};
+
+// A box [lo, hi) over every dimension of a buffer on one rank.
+struct Box {
+  int rank = 0;
+  int buffer = -1;
+  std::vector<int64_t> lo, hi;
+  bool overlaps(const Box& o) const;
+};
+
+// A counter on one rank.
+struct Event {
+  int rank = 0;
+  std::string name;
+};
+
+struct Wait {
+  int event = -1;
+  int64_t count = 0;  // signals per launch
+  int lag = 0;        // 0: this launch's signals; 1: the previous launch's (credits, fences)
+};
+
+struct Signal {
+  int event = -1;      // the event (its rank is where the counter lives)
+  HandOff handoff = HandOff::kLocal;
+};
+
+// X(Enumerator, "name", is_comm): what a task does. The meaning of `args` per kind is documented
+// in lower.cc next to the code that builds it; interpret.cc and the device templates implement it.
+#define MKC_TASK_KINDS(X)                  \
+  X(kLaunchFence, "launch_fence", true)    \
+  X(kLaunchEnd, "launch_end", true)        \
+  X(kGemmTile, "gemm_tile", false)         \
+  X(kGroupedGemmTile, "grouped_gemm_tile", false) \
+  X(kMapTile, "map_tile", false)           \
+  X(kReduceTile, "reduce_tile", false)     \
+  X(kAttentionTile, "attention_tile", false) \
+  X(kCopy, "copy", false)                  \
+  X(kSend, "send", true)                   \
+  X(kReduceSlots, "reduce_slots", true)    \
+  X(kSignalOnly, "signal", true)           \
+  X(kA2aCounts, "a2a_counts", true)        \
+  X(kA2aSend, "a2a_send", true)            \
+  X(kA2aFinish, "a2a_finish", true)        \
+  X(kCombineSend, "combine_send", true)    \
+  X(kCombineReduce, "combine_reduce", true)
+
+enum class TaskKind {
+#define MKC_TASK_ENUM(e, name, is_comm) e,
+  MKC_TASK_KINDS(MKC_TASK_ENUM)
+#undef MKC_TASK_ENUM
+};
+const char* task_kind_name(TaskKind k);
+bool task_kind_is_comm(TaskKind k);
+
+// A region of a buffer that a task addresses: a contiguous sub-tensor (the buffer at a flat element
+// offset, viewed with `shape`) on `rank`.
+struct View {
+  int rank = 0;
+  int buffer = -1;
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+};
+
+struct Task {
+  int op = -1;  // the operation instance (CheckedSchedule::ops) it comes from; -1 for fences
+  int rank = 0;
+  TaskKind kind = TaskKind::kCopy;
+  std::string label;           // "mm.tile(3, 5)"
+  std::vector<View> views;     // operands, in the kind's order
+  std::vector<int64_t> args;   // kind-specific integers
+  std::vector<Box> reads;      // for dependencies and the interpreter's checks
+  std::vector<Box> writes;
+  std::vector<Wait> waits;
+  std::vector<Signal> signals;
+  int cta = -1;    // scheduling: the CTA that runs it
+  int order = -1;  // position in a global topological order
+};
+
+struct Role {
+  std::string name;
+  int first_cta = 0;
+  int count = 0;
+};
+
+// Where a collective's algorithm came from and why: visible in the plan.
+struct Decision {
+  std::string op;
+  std::string choice;
+  std::string reason;
+};
+
+struct Plan {
+  std::string schedule;
+  int64_t ranks = 1;
+  std::vector<Buffer> buffers;
+  std::vector<Event> events;
+  std::vector<Task> tasks;
+  std::vector<Role> roles;                        // the same on every rank
+  std::vector<std::vector<std::vector<int>>> cta_tasks;  // [rank][cta] -> task ids in order
+  std::vector<Decision> decisions;
+  const compiler::CheckedSchedule* source = nullptr;
+
+  int add_event(int rank, std::string name) {
+    events.push_back(Event{rank, std::move(name)});
+    return static_cast<int>(events.size()) - 1;
+  }
+};
+
+}  // namespace mkc::plan

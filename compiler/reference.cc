@@ -1,0 +1,305 @@
+#include "compiler/reference.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "support/error.h"
+
+namespace mkc::plan {
+namespace {
+
+using compiler::OpInstance;
+using compiler::OpKind;
+using compiler::TensorUse;
+
+int64_t product(const std::vector<int64_t>& v, size_t from = 0) {
+  int64_t p = 1;
+  for (size_t i = from; i < v.size(); ++i) p *= v[i];
+  return p;
+}
+
+// A tensor use's elements on one rank: base offset into the tensor's storage.
+struct Ref {
+  std::vector<double>* data;
+  int64_t offset;
+  std::vector<int64_t> shape;
+  double& operator[](int64_t i) const { return (*data)[offset + i]; }
+  int64_t size() const { return product(shape); }
+};
+
+class Evaluator {
+ public:
+  Evaluator(const compiler::CheckedSchedule& s, const HostFns& fns, std::vector<std::vector<std::vector<double>>>& d)
+      : s_(s), d_(d), R_(s.ranks) {
+    for (const compiler::DeviceFunction& f : s.device_fns) {
+      auto it = fns.find(f.name);
+      if (it == fns.end()) throw UserError(fmt::format("no host implementation of device function `{}`", f.name));
+      fns_.push_back(it->second);
+    }
+  }
+
+  void run() {
+    for (size_t i = 0; i < s_.ops.size(); ++i) op(static_cast<int>(i));
+  }
+
+ private:
+  Ref ref(const TensorUse& u, int64_t rank) {
+    const compiler::Tensor& t = s_.tensors[u.tensor];
+    int64_t off = 0;
+    for (size_t i = 0; i < u.index.size(); ++i) off += u.index[i] * product(t.shape, i + 1);
+    return Ref{&d_[rank][u.tensor], off, u.shape};
+  }
+  Ref whole(int tensor, int64_t rank) { return Ref{&d_[rank][tensor], 0, s_.tensors[tensor].shape}; }
+
+  static double red(const std::string& op, double a, double b) {
+    return op == "sum" ? a + b : op == "max" ? std::max(a, b) : std::min(a, b);
+  }
+
+  void op(int i) {
+    const OpInstance& op = s_.ops[i];
+    switch (op.kind) {
+      case OpKind::kGemm:
+        for (int64_t r = 0; r < R_; ++r) {
+          Ref a = ref(op.inputs[0], r), b = ref(op.inputs[1], r), c = ref(op.outputs[0], r);
+          const int64_t M = a.shape[0], K = a.shape[1], N = b.shape[1];
+          const auto bias = op.tensor_args.find("bias");
+          for (int64_t m = 0; m < M; ++m) {
+            for (int64_t n = 0; n < N; ++n) {
+              double acc = 0;
+              for (int64_t k = 0; k < K; ++k) acc += a[m * K + k] * b[k * N + n];
+              if (bias != op.tensor_args.end()) acc += whole(bias->second, r)[n];
+              c[m * N + n] = op.device_fn >= 0 ? fns_[op.device_fn]({acc}) : acc;
+            }
+          }
+        }
+        return;
+      case OpKind::kGroupedGemm:
+        for (int64_t r = 0; r < R_; ++r) {
+          Ref x = ref(op.inputs[0], r), w = ref(op.inputs[1], r), y = ref(op.outputs[0], r), cn = whole(op.tensor_args.at("counts"), r);
+          const int64_t G = w.shape[0], K = w.shape[1], N = w.shape[2];
+          int64_t row = 0;
+          for (int64_t g = 0; g < G; ++g) {
+            int64_t rows = 0;
+            for (int64_t l = 0; l < cn.size() / G; ++l) rows += static_cast<int64_t>(cn[l * G + g]);
+            for (int64_t q = row; q < row + rows; ++q) {
+              for (int64_t n = 0; n < N; ++n) {
+                double acc = 0;
+                for (int64_t k = 0; k < K; ++k) acc += x[q * K + k] * w[(g * K + k) * N + n];
+                y[q * N + n] = op.device_fn >= 0 ? fns_[op.device_fn]({acc}) : acc;
+              }
+            }
+            row += rows;
+          }
+        }
+        return;
+      case OpKind::kMap:
+      case OpKind::kCopy:
+        for (int64_t r = 0; r < R_; ++r) {
+          Ref y = ref(op.outputs[0], r);
+          std::vector<Ref> xs;
+          for (const TensorUse& u : op.inputs) xs.push_back(ref(u, r));
+          std::vector<double> args(xs.size());
+          // Read everything first: an operation may read and write one tensor.
+          std::vector<double> out(y.size());
+          for (int64_t e = 0; e < y.size(); ++e) {
+            for (size_t k = 0; k < xs.size(); ++k) args[k] = xs[k][e];
+            out[e] = op.kind == OpKind::kMap ? fns_[op.device_fn](args) : args[0];
+          }
+          for (int64_t e = 0; e < y.size(); ++e) y[e] = out[e];
+        }
+        return;
+      case OpKind::kReduce:
+        for (int64_t r = 0; r < R_; ++r) {
+          Ref x = ref(op.inputs[0], r), y = ref(op.outputs[0], r);
+          const int64_t axis = op.ints.at("axis"), inner = product(x.shape, axis + 1), n = x.shape[axis];
+          for (int64_t e = 0; e < y.size(); ++e) {
+            const int64_t outer = e / inner, in = e % inner;
+            double acc = x[outer * n * inner + in];
+            for (int64_t k = 1; k < n; ++k) acc = red(op.reduce_op, acc, x[(outer * n + k) * inner + in]);
+            y[e] = acc;
+          }
+        }
+        return;
+      case OpKind::kAttention:
+        attention(i);
+        return;
+      case OpKind::kAllReduce:
+      case OpKind::kReduceScatter: {
+        const int64_t n = product(op.inputs[0].shape);
+        std::vector<double> total(n);
+        for (int64_t e = 0; e < n; ++e) {
+          double acc = ref(op.inputs[0], 0)[e];
+          for (int64_t r = 1; r < R_; ++r) acc = red(op.reduce_op, acc, ref(op.inputs[0], r)[e]);
+          total[e] = acc;
+        }
+        const TensorUse& out = op.outputs.empty() ? op.inputs[0] : op.outputs[0];
+        const int64_t shard = product(out.shape);
+        for (int64_t r = 0; r < R_; ++r) {
+          Ref y = ref(out, r);
+          const int64_t base = op.kind == OpKind::kAllReduce ? 0 : r * shard;
+          for (int64_t e = 0; e < shard; ++e) y[e] = total[base + e];
+        }
+        return;
+      }
+      case OpKind::kAllGather: {
+        const int64_t part = product(op.inputs[0].shape);
+        std::vector<double> all;
+        for (int64_t r = 0; r < R_; ++r) {
+          Ref x = ref(op.inputs[0], r);
+          for (int64_t e = 0; e < part; ++e) all.push_back(x[e]);
+        }
+        for (int64_t r = 0; r < R_; ++r) {
+          Ref y = ref(op.outputs[0], r);
+          for (size_t e = 0; e < all.size(); ++e) y[static_cast<int64_t>(e)] = all[e];
+        }
+        return;
+      }
+      case OpKind::kShift:
+      case OpKind::kPut: {
+        std::vector<std::vector<double>> src(R_);
+        for (int64_t s = 0; s < R_; ++s) {
+          Ref x = ref(op.inputs[0], s);
+          for (int64_t e = 0; e < x.size(); ++e) src[s].push_back(x[e]);
+        }
+        for (int64_t s = 0; s < R_; ++s) {
+          const int64_t d = op.kind == OpKind::kShift ? (((s + op.ints.at("by")) % R_) + R_) % R_ : ((compiler::evaluate(op.outputs[0].peer, s, s_) % R_) + R_) % R_;
+          Ref y = ref(op.outputs[0], d);
+          for (size_t e = 0; e < src[s].size(); ++e) y[static_cast<int64_t>(e)] = src[s][e];
+        }
+        return;
+      }
+      case OpKind::kSignal:
+        return;
+      case OpKind::kAllToAll:
+        alltoall(i);
+        return;
+      case OpKind::kCombine:
+        combine(i);
+        return;
+    }
+  }
+
+  void attention(int i) {
+    const OpInstance& op = s_.ops[i];
+    const bool acc = op.ints.count("accumulate") && op.ints.at("accumulate");
+    bool last = true;
+    for (size_t j = i + 1; j < s_.ops.size(); ++j) {
+      if (s_.ops[j].decl == op.decl) last = false;
+    }
+    const size_t nd = op.inputs[0].shape.size();
+    const int64_t D = op.inputs[0].shape[nd - 1];
+    const double scale = op.floats.count("scale") ? op.floats.at("scale") : 1.0 / std::sqrt(static_cast<double>(D));
+    const bool causal = op.ints.count("causal") && op.ints.at("causal");
+    for (int64_t r = 0; r < R_; ++r) {
+      Ref q = ref(op.inputs[0], r), k = ref(op.inputs[1], r), v = ref(op.inputs[2], r), o = ref(op.outputs[0], r);
+      const int64_t L = product(std::vector<int64_t>(q.shape.begin(), q.shape.end() - 2));
+      const int64_t Sq = q.shape[nd - 2], Sk = k.shape[nd - 2], Dv = v.shape[nd - 1];
+      // Keys and values seen so far by this declaration: [l][j] rows.
+      auto& seen = seen_[{op.decl, r}];
+      if (!acc) seen.clear();
+      if (seen.empty()) seen.resize(L);
+      for (int64_t l = 0; l < L; ++l) {
+        for (int64_t j = 0; j < Sk; ++j) {
+          std::vector<double> kr(D), vr(Dv);
+          for (int64_t d = 0; d < D; ++d) kr[d] = k[(l * Sk + j) * D + d];
+          for (int64_t d = 0; d < Dv; ++d) vr[d] = v[(l * Sk + j) * Dv + d];
+          seen[l].push_back({kr, vr});
+        }
+      }
+      if (acc && !last) continue;
+      for (int64_t l = 0; l < L; ++l) {
+        for (int64_t qi = 0; qi < Sq; ++qi) {
+          std::vector<double> s;
+          double mx = -std::numeric_limits<double>::infinity();
+          for (size_t j = 0; j < seen[l].size(); ++j) {
+            if (causal && static_cast<int64_t>(j % Sk) > qi) {
+              s.push_back(-std::numeric_limits<double>::infinity());
+              continue;
+            }
+            double dot = 0;
+            for (int64_t d = 0; d < D; ++d) dot += q[(l * Sq + qi) * D + d] * seen[l][j].first[d];
+            s.push_back(dot * scale);
+            mx = std::max(mx, s.back());
+          }
+          double sum = 0;
+          std::vector<double> out(Dv, 0);
+          for (size_t j = 0; j < s.size(); ++j) {
+            const double p = std::isinf(s[j]) ? 0 : std::exp(s[j] - mx);
+            sum += p;
+            for (int64_t d = 0; d < Dv; ++d) out[d] += p * seen[l][j].second[d];
+          }
+          for (int64_t d = 0; d < Dv; ++d) o[(l * Sq + qi) * Dv + d] = out[d] / sum;
+        }
+      }
+      seen.clear();
+    }
+  }
+
+  // Rows arrive expert-major, then by source rank, then in the source's (row, k) order.
+  void alltoall(int i) {
+    const OpInstance& op = s_.ops[i];
+    const int64_t E = op.ints.at("experts"), per = E / R_;
+    const int route_t = op.tensor_args.at("route");
+    const int64_t K = s_.tensors[route_t].shape[1], H = op.inputs[0].shape[1];
+    auto& where = placed_[i];  // (source rank, row, k) -> (destination rank, row)
+    for (int64_t d = 0; d < R_; ++d) {
+      Ref y = ref(op.outputs[0], d), counts = whole(op.tensor_args.at("counts"), d);
+      int64_t pos = 0;
+      for (int64_t le = 0; le < per; ++le) {
+        const int64_t e = d * per + le;
+        for (int64_t s = 0; s < R_; ++s) {
+          Ref x = ref(op.inputs[0], s), route = whole(route_t, s);
+          int64_t n = 0;
+          for (int64_t t = 0; t < x.shape[0]; ++t) {
+            for (int64_t k = 0; k < K; ++k) {
+              if (static_cast<int64_t>(route[t * K + k]) != e) continue;
+              for (int64_t h = 0; h < H; ++h) y[pos * H + h] = x[t * H + h];
+              where[{s, t, k}] = {d, pos};
+              ++pos;
+              ++n;
+            }
+          }
+          counts[s * per + le] = static_cast<double>(n);
+        }
+      }
+    }
+  }
+
+  void combine(int i) {
+    const OpInstance& op = s_.ops[i];
+    const auto& where = placed_.at(op.dispatch_op);
+    const auto w = op.tensor_args.find("weights");
+    for (int64_t s = 0; s < R_; ++s) {
+      Ref out = ref(op.outputs[0], s);
+      const int64_t T = out.shape[0], H = out.shape[1];
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t h = 0; h < H; ++h) out[t * H + h] = 0;
+      }
+      for (const auto& [key, dst] : where) {
+        const auto [src, t, k] = key;
+        if (src != s) continue;
+        Ref y = ref(op.inputs[0], dst.first);
+        const double weight = w != op.tensor_args.end() ? whole(w->second, s)[t * whole(w->second, s).shape[1] + k] : 1.0;
+        for (int64_t h = 0; h < H; ++h) out[t * H + h] += weight * y[dst.second * H + h];
+      }
+    }
+  }
+
+  const compiler::CheckedSchedule& s_;
+  std::vector<std::vector<std::vector<double>>>& d_;
+  int64_t R_;
+  std::vector<HostFn> fns_;
+  std::map<std::pair<const dsl::OpDecl*, int64_t>, std::vector<std::vector<std::pair<std::vector<double>, std::vector<double>>>>> seen_;
+  std::map<int, std::map<std::tuple<int64_t, int64_t, int64_t>, std::pair<int64_t, int64_t>>> placed_;
+};
+
+}  // namespace
+
+void reference(const compiler::CheckedSchedule& s, const HostFns& fns, std::vector<std::vector<std::vector<double>>>& data) {
+  Evaluator(s, fns, data).run();
+}
+
+}  // namespace mkc::plan

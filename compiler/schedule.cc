@@ -1,0 +1,129 @@
+#include "compiler/schedule.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <queue>
+
+#include "support/error.h"
+
+namespace mkc::plan {
+namespace {
+
+// The task that signals each event.
+std::vector<int> producers(const Plan& p) {
+  std::vector<int> by_event(p.events.size(), -1);
+  for (size_t t = 0; t < p.tasks.size(); ++t) {
+    for (const Signal& s : p.tasks[t].signals) by_event[s.event] = static_cast<int>(t);
+  }
+  return by_event;
+}
+
+[[noreturn]] void report_cycle(const Plan& p, const std::vector<int>& by_event, const std::vector<int>& indeg) {
+  // Walk back along waits among the tasks left over until a task repeats: that is a cycle.
+  int start = -1;
+  for (size_t t = 0; t < indeg.size(); ++t) {
+    if (indeg[t] > 0) start = static_cast<int>(t);
+  }
+  std::vector<int> path;
+  std::vector<int> pos(p.tasks.size(), -1);
+  int v = start;
+  while (pos[v] < 0) {
+    pos[v] = static_cast<int>(path.size());
+    path.push_back(v);
+    int next = -1;
+    for (const Wait& w : p.tasks[v].waits) {
+      const int pr = by_event[w.event];
+      if (pr >= 0 && indeg[pr] > 0 && w.lag == 0) next = pr;
+    }
+    if (next < 0) break;
+    v = next;
+  }
+  std::string chain;
+  for (size_t i = pos[v]; i < path.size(); ++i) {
+    chain += fmt::format("{}{} (rank {})", i == static_cast<size_t>(pos[v]) ? "" : " waits for ", p.tasks[path[i]].label, p.tasks[path[i]].rank);
+  }
+  chain += fmt::format(" waits for {} (rank {})", p.tasks[v].label, p.tasks[v].rank);
+  throw UserError(fmt::format("plan `{}` has a wait cycle, a deadlock: {}", p.schedule, chain));
+}
+
+}  // namespace
+
+void schedule(Plan& plan, const ScheduleOptions& options) {
+  const size_t n = plan.tasks.size();
+  const std::vector<int> by_event = producers(plan);
+  // Topological order over this launch's waits (lagged waits point at the previous launch).
+  std::vector<int> indeg(n, 0);
+  std::vector<std::vector<int>> out(n);
+  for (size_t t = 0; t < n; ++t) {
+    for (const Wait& w : plan.tasks[t].waits) {
+      const int pr = by_event[w.event];
+      if (pr < 0) throw InternalError(fmt::format("event {} of task {} has no producer", plan.events[w.event].name, plan.tasks[t].label));
+      if (w.lag != 0) continue;
+      ++indeg[t];
+      out[pr].push_back(static_cast<int>(t));
+    }
+  }
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (size_t t = 0; t < n; ++t) {
+    if (indeg[t] == 0) ready.push(static_cast<int>(t));
+  }
+  int order = 0;
+  while (!ready.empty()) {
+    const int t = ready.top();
+    ready.pop();
+    plan.tasks[t].order = order++;
+    for (int c : out[t]) {
+      if (--indeg[c] == 0) ready.push(c);
+    }
+  }
+  if (order != static_cast<int>(n)) report_cycle(plan, by_event, indeg);
+
+  // Roles.
+  // Fences and launch ends are bookkeeping: they do not ask for comm CTAs by themselves.
+  const auto bookkeeping = [](const Task& t) { return t.kind == TaskKind::kLaunchFence || t.kind == TaskKind::kLaunchEnd; };
+  bool any_compute = false, any_comm = false;
+  for (const Task& t : plan.tasks) {
+    if (!bookkeeping(t)) (task_kind_is_comm(t.kind) ? any_comm : any_compute) = true;
+  }
+  int64_t compute = 0, comm = 0;
+  if (!options.roles.empty()) {
+    compute = options.roles.count("compute") ? options.roles.at("compute") : 0;
+    comm = options.roles.count("comm") ? options.roles.at("comm") : 0;
+    if (any_compute && compute == 0) throw UserError(fmt::format("schedule `{}` has compute work but `roles` gives it no compute CTAs", plan.schedule));
+    if (any_comm && comm == 0) throw UserError(fmt::format("schedule `{}` has communication but `roles` gives it no comm CTAs", plan.schedule));
+    if (compute + comm > options.sms) {
+      throw UserError(fmt::format("schedule `{}`: roles ask for {} CTAs, the target has {} SMs", plan.schedule, compute + comm, options.sms));
+    }
+  } else if (any_comm && any_compute) {
+    // About one CTA in eight drives communication (16 of 132 on an H200), at least one.
+    comm = std::clamp<int64_t>(options.sms / 8, 1, 16);
+    compute = options.sms - comm;
+  } else if (any_comm) {
+    comm = options.sms;
+  } else {
+    compute = options.sms;
+  }
+  plan.roles = {Role{"compute", 0, static_cast<int>(compute)}, Role{"comm", static_cast<int>(compute), static_cast<int>(comm)}};
+  const int64_t ctas = compute + comm;
+
+  // Per-rank CTA lists in the global order.
+  std::vector<int> by_order(n);
+  for (size_t t = 0; t < n; ++t) by_order[plan.tasks[t].order] = static_cast<int>(t);
+  plan.cta_tasks.assign(plan.ranks, std::vector<std::vector<int>>(ctas));
+  std::vector<int64_t> next_compute(plan.ranks, 0), next_comm(plan.ranks, 0);
+  for (int t : by_order) {
+    Task& task = plan.tasks[t];
+    int cta;
+    const bool on_comm = comm > 0 && (task_kind_is_comm(task.kind) || compute == 0);
+    if (on_comm) {
+      cta = static_cast<int>(compute + next_comm[task.rank]++ % comm);
+    } else {
+      cta = static_cast<int>(next_compute[task.rank]++ % compute);
+    }
+    task.cta = cta;
+    plan.cta_tasks[task.rank][cta].push_back(t);
+  }
+}
+
+}  // namespace mkc::plan

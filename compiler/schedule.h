@@ -1,0 +1,26 @@
+// Scheduling: CTA roles, a global topological order, and each CTA's task list.
+//
+// Tasks are ordered by a topological sort of their waits that prefers creation order (so a
+// GEMM's rows_from order and a collective's chunk order survive). Compute tasks go round-robin to
+// the compute CTAs and communication tasks to the comm CTAs, each CTA's list in that global order.
+// With every CTA resident (one per SM), that order makes the kernel deadlock-free: the earliest
+// unfinished task anywhere has all its producers finished, so it can always run. A wait cycle
+// (possible in a hand-made plan) is rejected here, naming the tasks on it.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "compiler/plan.h"
+
+namespace mkc::plan {
+
+struct ScheduleOptions {
+  int64_t sms = 132;                     // CTAs available: one per SM
+  std::map<std::string, int64_t> roles;  // from the schedule's `roles`; empty: chosen here
+};
+
+// Throws UserError naming the cycle when the waits of `plan` form one.
+void schedule(Plan& plan, const ScheduleOptions& options);
+
+}  // namespace mkc::plan
