@@ -2,11 +2,48 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
 namespace mkc::plan {
 namespace {
+
+// The boxes of one buffer on one rank, sorted by their start in the first dimension, so the boxes
+// that may overlap a query are found without scanning them all (a GEMM's C has thousands of tiles).
+class BoxIndex {
+ public:
+  void add(int task, const Box* b) { entries_.push_back({task, b}); }
+  void finish() {
+    std::sort(entries_.begin(), entries_.end(), [](const auto& x, const auto& y) {
+      return first(x.second).first < first(y.second).first;
+    });
+    for (const auto& e : entries_) {
+      const auto [lo, hi] = first(e.second);
+      max_extent_ = std::max(max_extent_, hi - lo);
+    }
+  }
+  // Entries whose first-dimension range may intersect q's; the caller checks the full overlap.
+  std::vector<std::pair<int, const Box*>> near(const Box& q) const {
+    const auto [qlo, qhi] = first(&q);
+    const int64_t from = qlo - max_extent_ + 1;
+    auto it = std::lower_bound(entries_.begin(), entries_.end(), from,
+                               [](const auto& e, int64_t v) { return first(e.second).first < v; });
+    std::vector<std::pair<int, const Box*>> out;
+    for (; it != entries_.end() && first(it->second).first < qhi; ++it) {
+      if (first(it->second).second > qlo) out.push_back(*it);
+    }
+    return out;
+  }
+
+ private:
+  static std::pair<int64_t, int64_t> first(const Box* b) {
+    return b->lo.empty() ? std::make_pair<int64_t, int64_t>(0, 1)
+                         : std::make_pair(b->lo[0], b->hi[0]);
+  }
+  std::vector<std::pair<int, const Box*>> entries_;
+  int64_t max_extent_ = 1;
+};
 
 class Deriver {
  public:
@@ -33,9 +70,14 @@ class Deriver {
       const Task& task = p_.tasks[t];
       if (task.op < 0) continue;
       for (int r : notified(task)) by_op_rank_[task.op][r].push_back(static_cast<int>(t));
-      for (const Box& b : task.reads) touches_[{b.rank, b.buffer}].push_back({static_cast<int>(t), &b});
-      for (const Box& b : task.writes) touches_[{b.rank, b.buffer}].push_back({static_cast<int>(t), &b});
+      for (const Box& b : task.reads) touches_[{b.rank, b.buffer}].add(static_cast<int>(t), &b);
+      for (const Box& b : task.writes) {
+        touches_[{b.rank, b.buffer}].add(static_cast<int>(t), &b);
+        writes_[{b.rank, b.buffer}].add(static_cast<int>(t), &b);
+      }
     }
+    for (auto& [key, index] : touches_) index.finish();
+    for (auto& [key, index] : writes_) index.finish();
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       if (p_.tasks[t].op >= 0) data_edges(static_cast<int>(t));
     }
@@ -49,7 +91,8 @@ class Deriver {
       const Task& task = p_.tasks[t];
       if (task.op < 0) continue;
       for (int r : notified(task)) {
-        if (r != task.rank && !awaited_on_.count({static_cast<int>(t), r})) edge(static_cast<int>(t), ends_.at(r));
+        if (r != task.rank && !awaited_on_.count({static_cast<int>(t), r}))
+          edge(static_cast<int>(t), ends_.at(r));
       }
     }
   }
@@ -85,27 +128,35 @@ class Deriver {
     c.waits.push_back(Wait{it->second, 1, 0});
   }
 
-  static bool reads_any(const Task& consumer, const Task& producer) {
-    for (const Box& r : consumer.reads) {
-      for (const Box& w : producer.writes) {
-        if (r.overlaps(w)) return true;
+  // Tasks whose writes overlap what task t reads, from the index of write boxes.
+  std::set<int> writers_of(int t) const {
+    std::set<int> out;
+    for (const Box& r : p_.tasks[t].reads) {
+      auto it = writes_.find({r.rank, r.buffer});
+      if (it == writes_.end()) continue;
+      for (const auto& [w, b] : it->second.near(r)) {
+        if (b->overlaps(r)) out.insert(w);
       }
     }
-    return false;
+    return out;
   }
 
   void data_edges(int t) {
     const Task& task = p_.tasks[t];
     const compiler::OpInstance& op = p_.source->ops[task.op];
+    const std::set<int> writers = writers_of(t);
     for (const compiler::Dependency& d : op.deps) {
-      for (int pt : by_op_rank_[d.op][task.rank]) {
-        if (d.granule == compiler::Granule::kAll || reads_any(task, p_.tasks[pt])) edge(pt, t);
+      if (d.granule == compiler::Granule::kAll) {
+        for (int pt : by_op_rank_[d.op][task.rank]) edge(pt, t);
+      } else {
+        for (int pt : writers) {
+          if (p_.tasks[pt].op == d.op) edge(pt, t);
+        }
       }
     }
     // Earlier tasks of the same operation whose results this one reads.
-    for (int pt : op_tasks_[task.op]) {
-      if (pt >= t) break;
-      if (reads_any(task, p_.tasks[pt])) edge(pt, t);
+    for (int pt : writers) {
+      if (pt < t && p_.tasks[pt].op == task.op) edge(pt, t);
     }
   }
 
@@ -133,7 +184,7 @@ class Deriver {
   void credits(int w) {
     const Task& writer = p_.tasks[w];
     for (const Box& wb : writer.writes) {
-      for (const auto& [x, b] : touches_[{wb.rank, wb.buffer}]) {
+      for (const auto& [x, b] : touches_[{wb.rank, wb.buffer}].near(wb)) {
         const Task& other = p_.tasks[x];
         // Only tasks running on the rank written (a remote writer's own reads are its business).
         if (x == w || other.rank != wb.rank) continue;
@@ -152,14 +203,16 @@ class Deriver {
     for (const Box& b : task.writes) {
       if (b.rank != task.rank) edge(fences_.at(b.rank), t);
     }
-    if (task.kind == TaskKind::kSignalOnly && task.args[0] != task.rank) edge(fences_.at(static_cast<int>(task.args[0])), t);
+    if (task.kind == TaskKind::kSignalOnly && task.args[0] != task.rank)
+      edge(fences_.at(static_cast<int>(task.args[0])), t);
   }
 
   Plan& p_;
   int64_t per_node_;
   std::vector<std::vector<int>> op_tasks_;
   std::vector<std::vector<std::vector<int>>> by_op_rank_;
-  std::map<std::pair<int, int>, std::vector<std::pair<int, const Box*>>> touches_;
+  std::map<std::pair<int, int>, BoxIndex> touches_;
+  std::map<std::pair<int, int>, BoxIndex> writes_;
   std::map<int, int> fences_;
   std::map<int, int> ends_;
   std::set<std::pair<int, int>> awaited_on_;  // (producer task, rank of some task waiting for it)
@@ -170,6 +223,8 @@ class Deriver {
 
 }  // namespace
 
-void derive_dependencies(Plan& plan, int64_t ranks_per_node) { Deriver(plan, ranks_per_node).run(); }
+void derive_dependencies(Plan& plan, int64_t ranks_per_node) {
+  Deriver(plan, ranks_per_node).run();
+}
 
 }  // namespace mkc::plan

@@ -39,8 +39,8 @@ int64_t flat_vec(const View& v, const std::vector<int64_t>& idx) {
 // Calls fn(src_flat, dst_flat, n) for each contiguous row of the box [lo, hi) of `src`, paired
 // with the box of the same extents starting at `dst_lo` in `dst`.
 template <typename F>
-void for_rows(const View& src, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi, const View& dst,
-              const std::vector<int64_t>& dst_lo, F fn) {
+void for_rows(const View& src, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
+              const View& dst, const std::vector<int64_t>& dst_lo, F fn) {
   const size_t n = lo.size();
   for (size_t d = 0; d < n; ++d) {
     if (lo[d] >= hi[d]) return;
@@ -64,10 +64,12 @@ void for_rows(const View& src, const std::vector<int64_t>& lo, const std::vector
 }
 
 // Reads a range encoded as {n, lo[n], hi[n]} at args[pos]; advances pos.
-void read_range(const std::vector<int64_t>& args, size_t* pos, std::vector<int64_t>* lo, std::vector<int64_t>* hi) {
+void read_range(const std::vector<int64_t>& args, size_t* pos, std::vector<int64_t>* lo,
+                std::vector<int64_t>* hi) {
   const int64_t n = args[(*pos)++];
   lo->assign(args.begin() + static_cast<long>(*pos), args.begin() + static_cast<long>(*pos + n));
-  hi->assign(args.begin() + static_cast<long>(*pos + n), args.begin() + static_cast<long>(*pos + 2 * n));
+  hi->assign(args.begin() + static_cast<long>(*pos + n),
+             args.begin() + static_cast<long>(*pos + 2 * n));
   *pos += 2 * n;
 }
 
@@ -88,8 +90,10 @@ class Machine {
     for (const compiler::DeviceFunction& f : p.source->device_fns) {
       auto it = o.fns.find(f.name);
       if (it == o.fns.end()) {
-        throw UserError(fmt::format("the interpreter has no host implementation of device function `{}`; "
-                                    "supply one in InterpretOptions::fns", f.name));
+        throw UserError(
+            fmt::format("the interpreter has no host implementation of device function `{}`; "
+                        "supply one in InterpretOptions::fns",
+                        f.name));
       }
       fns_.push_back(it->second);
     }
@@ -112,7 +116,8 @@ class Machine {
           const auto& list = p_.cta_tasks[r][c];
           if (pc[r][c] >= list.size()) continue;
           work_left = true;
-          if (satisfied(p_.tasks[list[pc[r][c]]], epoch[r])) ready.push_back({static_cast<int>(r), static_cast<int>(c)});
+          if (satisfied(p_.tasks[list[pc[r][c]]], epoch[r]))
+            ready.push_back({static_cast<int>(r), static_cast<int>(c)});
         }
       }
       if (ready.empty()) {
@@ -143,7 +148,8 @@ class Machine {
     std::fill(pc->begin(), pc->end(), 0);
     // The host writes fresh inputs and the test poisons outputs and scratch before the launch.
     for (size_t b = 0; b < p_.buffers.size(); ++b) {
-      if (p_.buffers[b].origin != "input" && p_.buffers[b].origin != "compiler") std::fill(data_[r][b].begin(), data_[r][b].end(), kNaN);
+      if (p_.buffers[b].origin != "input" && p_.buffers[b].origin != "compiler")
+        std::fill(data_[r][b].begin(), data_[r][b].end(), kNaN);
     }
     o_.inputs(r, *epoch, data_[r]);
     bool empty = true;
@@ -161,8 +167,10 @@ class Machine {
     return true;
   }
 
-  [[noreturn]] void report_deadlock(const std::vector<int>& epoch, const std::vector<std::vector<size_t>>& pc) const {
-    std::string msg = fmt::format("plan `{}` deadlocks: no task can run, but work remains", p_.schedule);
+  [[noreturn]] void report_deadlock(const std::vector<int>& epoch,
+                                    const std::vector<std::vector<size_t>>& pc) const {
+    std::string msg =
+        fmt::format("plan `{}` deadlocks: no task can run, but work remains", p_.schedule);
     int shown = 0;
     for (int64_t r = 0; r < p_.ranks; ++r) {
       for (size_t c = 0; c < pc[r].size(); ++c) {
@@ -172,8 +180,9 @@ class Machine {
         for (const Wait& w : t.waits) {
           const int64_t want = static_cast<int64_t>(epoch[r] - w.lag) * w.count;
           if (counters_[w.event] >= want || shown >= 12) continue;
-          msg += fmt::format("\n  rank {} launch {} cta {}: task {} waits for event {} to reach {}, seen {}", r, epoch[r], c, t.label,
-                             p_.events[w.event].name, want, counters_[w.event]);
+          msg += fmt::format(
+              "\n  rank {} launch {} cta {}: task {} waits for event {} to reach {}, seen {}", r,
+              epoch[r], c, t.label, p_.events[w.event].name, want, counters_[w.event]);
           ++shown;
         }
       }
@@ -193,7 +202,8 @@ class Machine {
         return;
       case TaskKind::kGemmTile: {
         const View &a = t.views[0], &b = t.views[1], &c = t.views[2];
-        const int64_t m0 = t.args[0], m1 = t.args[1], n0 = t.args[2], n1 = t.args[3], K = a.shape[1];
+        const int64_t m0 = t.args[0], m1 = t.args[1], n0 = t.args[2], n1 = t.args[3],
+                      K = a.shape[1];
         for (int64_t m = m0; m < m1; ++m) {
           for (int64_t n = n0; n < n1; ++n) {
             double acc = 0;
@@ -215,7 +225,8 @@ class Machine {
         const int64_t lead = product(cn.shape) / G;
         for (int64_t g = 0; g < G; ++g) {
           int64_t rows = 0;
-          for (int64_t l = 0; l < lead; ++l) rows += static_cast<int64_t>(buf(cn)[cn.offset + l * G + g]);
+          for (int64_t l = 0; l < lead; ++l)
+            rows += static_cast<int64_t>(buf(cn)[cn.offset + l * G + g]);
           start[g + 1] = start[g] + rows;
         }
         for (int64_t r = t.args[0]; r < t.args[1] && r < start[G]; ++r) {
@@ -250,7 +261,8 @@ class Machine {
         for (int64_t e = t.args[0]; e < t.args[1]; ++e) {
           const int64_t outer = e / inner, in = e % inner;
           double acc = buf(x)[x.offset + (outer * n) * inner + in];
-          for (int64_t k = 1; k < n; ++k) acc = reduce2(op, acc, buf(x)[x.offset + (outer * n + k) * inner + in]);
+          for (int64_t k = 1; k < n; ++k)
+            acc = reduce2(op, acc, buf(x)[x.offset + (outer * n + k) * inner + in]);
           buf(y)[y.offset + e] = acc;
         }
         return;
@@ -350,7 +362,8 @@ class Machine {
         const View& route = t.views[0];
         const int64_t E = t.args[0];
         std::vector<double> cnt(E, 0);
-        for (int64_t i = 0; i < product(route.shape); ++i) cnt[static_cast<int64_t>(buf(route)[route.offset + i])] += 1;
+        for (int64_t i = 0; i < product(route.shape); ++i)
+          cnt[static_cast<int64_t>(buf(route)[route.offset + i])] += 1;
         for (size_t d = 1; d < t.views.size(); ++d) {
           const View& xc = t.views[d];
           for (int64_t e = 0; e < E; ++e) buf(xc)[flat(xc, t.rank, e)] = cnt[e];
@@ -359,7 +372,8 @@ class Machine {
       }
       case TaskKind::kA2aSend: {
         const View &x = t.views[0], &route = t.views[1], &xc = t.views[2];
-        const int64_t r0 = t.args[0], r1 = t.args[1], E = t.args[2], K = t.args[3], R = p_.ranks, per = E / R;
+        const int64_t r0 = t.args[0], r1 = t.args[1], E = t.args[2], K = t.args[3], R = p_.ranks,
+                      per = E / R;
         const int64_t H = x.shape[1];
         for (int64_t tok = r0; tok < r1; ++tok) {
           for (int64_t k = 0; k < K; ++k) {
@@ -369,8 +383,10 @@ class Machine {
             for (int64_t e2 = d * per; e2 < d * per + le; ++e2) {
               for (int64_t s = 0; s < R; ++s) pos += static_cast<int64_t>(buf(xc)[flat(xc, s, e2)]);
             }
-            for (int64_t s = 0; s < t.rank; ++s) pos += static_cast<int64_t>(buf(xc)[flat(xc, s, e)]);
-            for (int64_t i = 0; i < tok * K + k; ++i) pos += static_cast<int64_t>(buf(route)[route.offset + i]) == e;
+            for (int64_t s = 0; s < t.rank; ++s)
+              pos += static_cast<int64_t>(buf(xc)[flat(xc, s, e)]);
+            for (int64_t i = 0; i < tok * K + k; ++i)
+              pos += static_cast<int64_t>(buf(route)[route.offset + i]) == e;
             const View& y = t.views[3 + d];
             const View& origin = t.views[3 + R + d];
             for (int64_t h = 0; h < H; ++h) buf(y)[flat(y, pos, h)] = buf(x)[flat(x, tok, h)];
@@ -385,7 +401,8 @@ class Machine {
         const View &xc = t.views[0], &counts = t.views[1];
         const int64_t E = t.args[0], per = E / p_.ranks;
         for (int64_t s = 0; s < p_.ranks; ++s) {
-          for (int64_t le = 0; le < per; ++le) buf(counts)[flat(counts, s, le)] = buf(xc)[flat(xc, s, t.rank * per + le)];
+          for (int64_t le = 0; le < per; ++le)
+            buf(counts)[flat(counts, s, le)] = buf(xc)[flat(xc, s, t.rank * per + le)];
         }
         return;
       }
@@ -394,7 +411,8 @@ class Machine {
         const int64_t E = t.args[0], per = E / p_.ranks, H = y.shape[1];
         int64_t total = 0;
         for (int64_t s = 0; s < p_.ranks; ++s) {
-          for (int64_t le = 0; le < per; ++le) total += static_cast<int64_t>(buf(xc)[flat(xc, s, t.rank * per + le)]);
+          for (int64_t le = 0; le < per; ++le)
+            total += static_cast<int64_t>(buf(xc)[flat(xc, s, t.rank * per + le)]);
         }
         for (int64_t p = 0; p < total; ++p) {
           const int64_t s = static_cast<int64_t>(buf(origin)[flat(origin, p, 0)]);
@@ -411,7 +429,8 @@ class Machine {
         for (int64_t tok = t.args[0]; tok < t.args[1]; ++tok) {
           for (int64_t h = 0; h < H; ++h) {
             double acc = 0;
-            for (int64_t k = 0; k < K; ++k) acc += (t.args[2] ? buf(w)[flat(w, tok, k)] : 1.0) * buf(back)[flat(back, tok, k, h)];
+            for (int64_t k = 0; k < K; ++k)
+              acc += (t.args[2] ? buf(w)[flat(w, tok, k)] : 1.0) * buf(back)[flat(back, tok, k, h)];
             buf(out)[flat(out, tok, h)] = acc;
           }
         }
@@ -443,12 +462,14 @@ InputFn random_inputs(const Plan& plan, uint64_t seed) {
   // Routing tables of alltoall operations: which buffers, and how many experts.
   std::map<int, int64_t> routes;
   for (const compiler::OpInstance& op : plan.source->ops) {
-    if (op.kind == compiler::OpKind::kAllToAll) routes[op.tensor_args.at("route")] = op.ints.at("experts");
+    if (op.kind == compiler::OpKind::kAllToAll)
+      routes[op.tensor_args.at("route")] = op.ints.at("experts");
   }
   return [&plan, seed, routes](int rank, int launch, RankData& data) {
     for (size_t b = 0; b < plan.buffers.size(); ++b) {
       if (plan.buffers[b].origin != "input") continue;
-      std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(launch) * 7919u + static_cast<uint64_t>(rank) * 104729u + b);
+      std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(launch) * 7919u +
+                          static_cast<uint64_t>(rank) * 104729u + b);
       auto it = routes.find(plan.buffers[b].tensor);
       for (double& v : data[b]) {
         if (it != routes.end()) {

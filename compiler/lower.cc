@@ -24,7 +24,9 @@ int64_t product(const std::vector<int64_t>& v, size_t from = 0) {
   return p;
 }
 
-int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t cdiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // The rank a peer expression names, for rank `r` (modulo the world size).
 int64_t eval_peer(const dsl::Expr& e, int64_t r, const CheckedSchedule& s) {
@@ -41,14 +43,15 @@ class Lowerer {
     for (size_t i = 0; i < s.tensors.size(); ++i) {
       const compiler::Tensor& t = s.tensors[i];
       static const char* kOrigin[] = {"input", "output", "scratch"};
-      plan_.buffers.push_back(Buffer{t.name, t.dtype, t.shape, t.placement == dsl::Placement::kSymmetric,
+      plan_.buffers.push_back(Buffer{t.name, t.dtype, t.shape,
+                                     t.placement == dsl::Placement::kSymmetric,
                                      kOrigin[static_cast<int>(t.kind)], static_cast<int>(i)});
     }
   }
 
   Plan run() {
-    // The launch fence comes first on every rank: peers may write into this rank's buffers only once
-    // this rank has finished its previous launch (stream order) and announced the new one.
+    // The launch fence comes first on every rank: peers may write into this rank's buffers only
+    // once this rank has finished its previous launch (stream order) and announced the new one.
     for (int64_t r = 0; r < R(); ++r) {
       Task t = task(-1, r, TaskKind::kLaunchFence, "launch_fence");
       plan_.tasks.push_back(std::move(t));
@@ -56,7 +59,8 @@ class Lowerer {
     for (size_t i = 0; i < s_.ops.size(); ++i) lower_op(static_cast<int>(i));
     // The launch end: a rank's kernel may exit only once every peer's write into it has landed
     // (compiler/dependencies.h makes it wait for them).
-    for (int64_t r = 0; r < R(); ++r) plan_.tasks.push_back(task(-1, r, TaskKind::kLaunchEnd, "launch_end"));
+    for (int64_t r = 0; r < R(); ++r)
+      plan_.tasks.push_back(task(-1, r, TaskKind::kLaunchEnd, "launch_end"));
     return std::move(plan_);
   }
 
@@ -72,7 +76,8 @@ class Lowerer {
     return t;
   }
 
-  int add_buffer(const std::string& name, compiler::DType dt, std::vector<int64_t> shape, bool symmetric) {
+  int add_buffer(const std::string& name, compiler::DType dt, std::vector<int64_t> shape,
+                 bool symmetric) {
     plan_.buffers.push_back(Buffer{name, dt, std::move(shape), symmetric, "compiler", -1});
     return static_cast<int>(plan_.buffers.size()) - 1;
   }
@@ -92,10 +97,12 @@ class Lowerer {
   // A sub-view: rows [i, i+1) of the leading dimension removed (`slot` of a [R, ...] buffer).
   View slot(int buffer, int64_t rank, int64_t i) const {
     const std::vector<int64_t>& sh = plan_.buffers[buffer].shape;
-    return View{static_cast<int>(rank), buffer, i * product(sh, 1), std::vector<int64_t>(sh.begin() + 1, sh.end())};
+    return View{static_cast<int>(rank), buffer, i * product(sh, 1),
+                std::vector<int64_t>(sh.begin() + 1, sh.end())};
   }
 
-  // The box of a view's sub-range [lo, hi) (in the view's coordinates; missing trailing dims whole).
+  // The box of a view's sub-range [lo, hi) (in the view's coordinates; missing trailing dims
+  // whole).
   Box box(const View& v, std::vector<int64_t> lo, std::vector<int64_t> hi) const {
     const Buffer& b = plan_.buffers[v.buffer];
     while (lo.size() < v.shape.size()) {
@@ -128,8 +135,8 @@ class Lowerer {
   Box whole_box(const View& v) const { return box(v, {}, {}); }
 
   // The grid of chunks (or tiles) of `sizes` over the trailing dims of `shape`: a list of [lo, hi).
-  static std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> grid(const std::vector<int64_t>& shape,
-                                                                                 std::vector<int64_t> sizes) {
+  static std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> grid(
+      const std::vector<int64_t>& shape, std::vector<int64_t> sizes) {
     // Sizes align with the trailing dimensions; leading ones are cut one by one.
     while (sizes.size() < shape.size()) sizes.insert(sizes.begin(), 1);
     std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> out;
@@ -153,15 +160,18 @@ class Lowerer {
   }
 
   // Default chunk: whole trailing rows of up to 64 KiB.
-  std::vector<int64_t> chunk_sizes(const OpInstance& op, const std::vector<int64_t>& shape, int elem_bytes) const {
+  std::vector<int64_t> chunk_sizes(const OpInstance& op, const std::vector<int64_t>& shape,
+                                   int elem_bytes) const {
     if (!op.chunk.empty()) return op.chunk;
     std::vector<int64_t> sizes = shape;
     const int64_t row = product(shape, 1) * elem_bytes;
-    sizes[0] = std::max<int64_t>(1, std::min<int64_t>(shape[0], (64 << 10) / std::max<int64_t>(1, row)));
+    sizes[0] =
+        std::max<int64_t>(1, std::min<int64_t>(shape[0], (64 << 10) / std::max<int64_t>(1, row)));
     return sizes;
   }
 
-  static void push_range(std::vector<int64_t>* args, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi) {
+  static void push_range(std::vector<int64_t>* args, const std::vector<int64_t>& lo,
+                         const std::vector<int64_t>& hi) {
     args->push_back(static_cast<int64_t>(lo.size()));
     args->insert(args->end(), lo.begin(), lo.end());
     args->insert(args->end(), hi.begin(), hi.end());
@@ -176,20 +186,42 @@ class Lowerer {
   void lower_op(int i) {
     const OpInstance& op = s_.ops[i];
     switch (op.kind) {
-      case OpKind::kGemm: lower_gemm(i); break;
-      case OpKind::kGroupedGemm: lower_grouped_gemm(i); break;
+      case OpKind::kGemm:
+        lower_gemm(i);
+        break;
+      case OpKind::kGroupedGemm:
+        lower_grouped_gemm(i);
+        break;
       case OpKind::kMap:
-      case OpKind::kCopy: lower_rows(i); break;
-      case OpKind::kReduce: lower_reduce(i); break;
-      case OpKind::kAttention: lower_attention(i); break;
+      case OpKind::kCopy:
+        lower_rows(i);
+        break;
+      case OpKind::kReduce:
+        lower_reduce(i);
+        break;
+      case OpKind::kAttention:
+        lower_attention(i);
+        break;
       case OpKind::kAllReduce:
-      case OpKind::kReduceScatter: lower_reduction(i); break;
-      case OpKind::kAllGather: lower_allgather(i); break;
+      case OpKind::kReduceScatter:
+        lower_reduction(i);
+        break;
+      case OpKind::kAllGather:
+        lower_allgather(i);
+        break;
       case OpKind::kShift:
-      case OpKind::kPut: lower_put(i); break;
-      case OpKind::kSignal: lower_signal(i); break;
-      case OpKind::kAllToAll: lower_alltoall(i); break;
-      case OpKind::kCombine: lower_combine(i); break;
+      case OpKind::kPut:
+        lower_put(i);
+        break;
+      case OpKind::kSignal:
+        lower_signal(i);
+        break;
+      case OpKind::kAllToAll:
+        lower_alltoall(i);
+        break;
+      case OpKind::kCombine:
+        lower_combine(i);
+        break;
     }
   }
 
@@ -197,18 +229,23 @@ class Lowerer {
   void lower_gemm(int i) {
     const OpInstance& op = s_.ops[i];
     const int64_t M = op.outputs[0].shape[0], N = op.outputs[0].shape[1];
-    const int64_t bm = op.tile.size() > 0 ? op.tile[0] : 128, bn = op.tile.size() > 1 ? op.tile[1] : 128;
+    const int64_t bm = op.tile.size() > 0 ? op.tile[0] : 128,
+                  bn = op.tile.size() > 1 ? op.tile[1] : 128;
     const int64_t bk = op.tile.size() > 2 ? op.tile[2] : 64;
     const int64_t mb = cdiv(M, bm), nb = cdiv(N, bn);
     const auto bias = op.tensor_args.find("bias");
     for (int64_t r = 0; r < R(); ++r) {
-      const int64_t start = op.has_rows_from ? ((compiler::evaluate(op.rows_from, r, s_) % mb) + mb) % mb : 0;
+      const int64_t start =
+          op.has_rows_from ? ((compiler::evaluate(op.rows_from, r, s_) % mb) + mb) % mb : 0;
       for (int64_t bi = 0; bi < mb; ++bi) {
         const int64_t b = (start + bi) % mb;
         for (int64_t bj = 0; bj < nb; ++bj) {
-          Task t = task(i, r, TaskKind::kGemmTile, fmt::format("{}.tile({}, {})", name_of(op), b, bj));
-          const View a = view(op.inputs[0], r), bv = view(op.inputs[1], r), c = view(op.outputs[0], r);
-          const int64_t m0 = b * bm, m1 = std::min(M, m0 + bm), n0 = bj * bn, n1 = std::min(N, n0 + bn);
+          Task t =
+              task(i, r, TaskKind::kGemmTile, fmt::format("{}.tile({}, {})", name_of(op), b, bj));
+          const View a = view(op.inputs[0], r), bv = view(op.inputs[1], r),
+                     c = view(op.outputs[0], r);
+          const int64_t m0 = b * bm, m1 = std::min(M, m0 + bm), n0 = bj * bn,
+                        n1 = std::min(N, n0 + bn);
           t.views = {a, bv, c};
           t.args = {m0, m1, n0, n1, bk, op.device_fn, bias != op.tensor_args.end() ? 1 : 0};
           t.reads = {box(a, {m0, 0}, {m1, a.shape[1]}), box(bv, {0, n0}, {bv.shape[0], n1})};
@@ -230,14 +267,18 @@ class Lowerer {
   void lower_grouped_gemm(int i) {
     const OpInstance& op = s_.ops[i];
     const int64_t rows = op.outputs[0].shape[0], N = op.outputs[0].shape[1];
-    const int64_t bm = op.tile.size() > 0 ? op.tile[0] : 128, bn = op.tile.size() > 1 ? op.tile[1] : 128;
+    const int64_t bm = op.tile.size() > 0 ? op.tile[0] : 128,
+                  bn = op.tile.size() > 1 ? op.tile[1] : 128;
     const int counts = op.tensor_args.at("counts");
     for (int64_t r = 0; r < R(); ++r) {
       for (int64_t b = 0; b < cdiv(rows, bm); ++b) {
         for (int64_t bj = 0; bj < cdiv(N, bn); ++bj) {
-          Task t = task(i, r, TaskKind::kGroupedGemmTile, fmt::format("{}.tile({}, {})", name_of(op), b, bj));
-          const View x = view(op.inputs[0], r), w = view(op.inputs[1], r), y = view(op.outputs[0], r), c = whole(counts, r);
-          const int64_t r0 = b * bm, r1 = std::min(rows, r0 + bm), n0 = bj * bn, n1 = std::min(N, n0 + bn);
+          Task t = task(i, r, TaskKind::kGroupedGemmTile,
+                        fmt::format("{}.tile({}, {})", name_of(op), b, bj));
+          const View x = view(op.inputs[0], r), w = view(op.inputs[1], r),
+                     y = view(op.outputs[0], r), c = whole(counts, r);
+          const int64_t r0 = b * bm, r1 = std::min(rows, r0 + bm), n0 = bj * bn,
+                        n1 = std::min(N, n0 + bn);
           t.views = {x, w, y, c};
           t.args = {r0, r1, n0, n1, op.device_fn};
           t.reads = {box(x, {r0, 0}, {r1, x.shape[1]}), whole_box(w), whole_box(c)};
@@ -254,12 +295,16 @@ class Lowerer {
     const OpInstance& op = s_.ops[i];
     const std::vector<int64_t>& shape = op.outputs[0].shape;
     const int64_t row = product(shape, 1);
-    const int64_t rows_per = op.tile.empty() ? std::max<int64_t>(1, std::min<int64_t>(shape[0], 16384 / std::max<int64_t>(1, row))) : op.tile[0];
+    const int64_t rows_per =
+        op.tile.empty()
+            ? std::max<int64_t>(1, std::min<int64_t>(shape[0], 16384 / std::max<int64_t>(1, row)))
+            : op.tile[0];
     const bool is_map = op.kind == OpKind::kMap;
     for (int64_t r = 0; r < R(); ++r) {
       for (int64_t r0 = 0; r0 < shape[0]; r0 += rows_per) {
         const int64_t r1 = std::min(shape[0], r0 + rows_per);
-        Task t = task(i, r, is_map ? TaskKind::kMapTile : TaskKind::kCopy, fmt::format("{}.tile({})", name_of(op), r0 / rows_per));
+        Task t = task(i, r, is_map ? TaskKind::kMapTile : TaskKind::kCopy,
+                      fmt::format("{}.tile({})", name_of(op), r0 / rows_per));
         for (const TensorUse& u : op.inputs) {
           t.views.push_back(view(u, r));
           t.reads.push_back(box(t.views.back(), {r0}, {r1}));
@@ -280,7 +325,8 @@ class Lowerer {
     const int64_t per = op.tile.empty() ? 4096 : product(op.tile);
     for (int64_t r = 0; r < R(); ++r) {
       for (int64_t y0 = 0; y0 < total; y0 += per) {
-        Task t = task(i, r, TaskKind::kReduceTile, fmt::format("{}.tile({})", name_of(op), y0 / per));
+        Task t =
+            task(i, r, TaskKind::kReduceTile, fmt::format("{}.tile({})", name_of(op), y0 / per));
         const View x = view(op.inputs[0], r), y = view(op.outputs[0], r);
         t.views = {x, y};
         t.args = {y0, std::min(total, y0 + per), op.ints.at("axis"), reduce_code(op.reduce_op)};
@@ -300,9 +346,11 @@ class Lowerer {
     const size_t n = q.shape.size();
     const int64_t L = product(std::vector<int64_t>(q.shape.begin(), q.shape.end() - 2));
     const int64_t Sq = q.shape[n - 2], D = q.shape[n - 1], Dv = op.outputs[0].shape[n - 1];
-    const int64_t bq = op.tile.empty() ? 64 : op.tile[0];
+    // The device tile holds the row statistics of at most 256 queries.
+    const int64_t bq = std::min<int64_t>(op.tile.empty() ? 64 : op.tile[0], 256);
     const bool acc = op.ints.count("accumulate") && op.ints.at("accumulate");
-    const double scale = op.floats.count("scale") ? op.floats.at("scale") : 1.0 / std::sqrt(static_cast<double>(D));
+    const double scale =
+        op.floats.count("scale") ? op.floats.at("scale") : 1.0 / std::sqrt(static_cast<double>(D));
     int64_t scale_bits = 0;
     std::memcpy(&scale_bits, &scale, sizeof(scale));
     bool first = true, last = true;
@@ -327,20 +375,24 @@ class Lowerer {
     }
     const int64_t causal = op.ints.count("causal") ? op.ints.at("causal") : 0;
     for (int64_t r = 0; r < R(); ++r) {
-      const View qv = view(q, r), kv = view(op.inputs[1], r), vv = view(op.inputs[2], r), ov = view(op.outputs[0], r);
+      const View qv = view(q, r), kv = view(op.inputs[1], r), vv = view(op.inputs[2], r),
+                 ov = view(op.outputs[0], r);
       // Flattened 3-D views: [L, S, D].
       const auto flat = [&](View v) {
         const size_t m = v.shape.size();
-        v.shape = {product(std::vector<int64_t>(v.shape.begin(), v.shape.end() - 2)), v.shape[m - 2], v.shape[m - 1]};
+        v.shape = {product(std::vector<int64_t>(v.shape.begin(), v.shape.end() - 2)),
+                   v.shape[m - 2], v.shape[m - 1]};
         return v;
       };
       for (int64_t l = 0; l < L; ++l) {
         for (int64_t q0 = 0; q0 < Sq; q0 += bq) {
           const int64_t q1 = std::min(Sq, q0 + bq);
-          Task t = task(i, r, TaskKind::kAttentionTile, fmt::format("{}.tile({}, {})", name_of(op), l, q0 / bq));
+          Task t = task(i, r, TaskKind::kAttentionTile,
+                        fmt::format("{}.tile({}, {})", name_of(op), l, q0 / bq));
           t.views = {flat(qv), flat(kv), flat(vv), flat(ov)};
           t.args = {l, q0, q1, causal, acc ? 1 : 0, first ? 1 : 0, last ? 1 : 0, scale_bits};
-          t.reads = {box(t.views[0], {l, q0}, {l + 1, q1}), box(t.views[1], {l}, {l + 1}), box(t.views[2], {l}, {l + 1})};
+          t.reads = {box(t.views[0], {l, q0}, {l + 1, q1}), box(t.views[1], {l}, {l + 1}),
+                     box(t.views[2], {l}, {l + 1})};
           if (acc) {
             for (int k = 0; k < 3; ++k) t.views.push_back(whole(state + k, r));
             t.views[5].shape = {L, Sq, 1};
@@ -360,7 +412,8 @@ class Lowerer {
 
   // send: views {src, dst}; args {range}: copies the box [lo, hi) of src (view coordinates) to the
   // same box of dst on another rank (or this one). The same task kind carries every put.
-  Task send(int i, int64_t r, const View& src, const View& dst, const std::vector<int64_t>& lo, const std::vector<int64_t>& hi, const std::string& label) {
+  Task send(int i, int64_t r, const View& src, const View& dst, const std::vector<int64_t>& lo,
+            const std::vector<int64_t>& hi, const std::string& label) {
     Task t = task(i, r, dst.rank == r ? TaskKind::kCopy : TaskKind::kSend, label);
     t.views = {src, dst};
     if (t.kind == TaskKind::kCopy) {
@@ -381,7 +434,9 @@ class Lowerer {
       reason = "one rank";
     } else if (op.algo == "auto") {
       choice = bytes <= opts_.one_shot_max_bytes ? "one_shot" : "two_shot";
-      reason = fmt::format("{} bytes per rank {} {} (one-shot threshold)", bytes, bytes <= opts_.one_shot_max_bytes ? "<=" : ">", opts_.one_shot_max_bytes);
+      reason =
+          fmt::format("{} bytes per rank {} {} (one-shot threshold)", bytes,
+                      bytes <= opts_.one_shot_max_bytes ? "<=" : ">", opts_.one_shot_max_bytes);
     } else if (op.algo == "ring") {
       choice = "two_shot";
       reason = "algo(ring) requested; ring is not implemented yet, two-shot moves the same bytes";
@@ -408,7 +463,8 @@ class Lowerer {
       // One rank: an out-of-place all-reduce or a reduce-scatter is a copy; in place, nothing.
       if (&y == &x) return;
       for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
-        plan_.tasks.push_back(send(i, 0, view(x, 0), view(y, 0), chunks[c].first, chunks[c].second, fmt::format("{}.chunk({})", name_of(op), c)));
+        plan_.tasks.push_back(send(i, 0, view(x, 0), view(y, 0), chunks[c].first, chunks[c].second,
+                                   fmt::format("{}.chunk({})", name_of(op), c)));
       }
       return;
     }
@@ -440,7 +496,8 @@ class Lowerer {
         const auto [xlo, xhi] = x_range(o);
         for (int64_t s = 0; s < R(); ++s) {
           if (s == o) continue;
-          Task t = send(i, s, view(x, s), slot(slots, o, s), xlo, xhi, fmt::format("{}.chunk({}).to({})", name_of(op), c, o));
+          Task t = send(i, s, view(x, s), slot(slots, o, s), xlo, xhi,
+                        fmt::format("{}.chunk({}).to({})", name_of(op), c, o));
           // The destination slot is addressed in the part's coordinates, not X's.
           t.args.clear();
           push_range(&t.args, xlo, xhi);
@@ -451,7 +508,8 @@ class Lowerer {
       }
       for (int64_t o : owners) {
         const auto [xlo, xhi] = x_range(o);
-        Task red = task(i, o, TaskKind::kReduceSlots, fmt::format("{}.chunk({}).reduce", name_of(op), c));
+        Task red =
+            task(i, o, TaskKind::kReduceSlots, fmt::format("{}.chunk({}).reduce", name_of(op), c));
         red.views = {view(x, o), whole(slots, o), view(y, o)};
         red.args = {reduce_code(op.reduce_op), o, all ? 1 : 0};
         push_range(&red.args, xlo, xhi);
@@ -466,7 +524,9 @@ class Lowerer {
       if (all && algo == "two_shot") {
         for (int64_t o : owners) {
           for (int64_t d = 0; d < R(); ++d) {
-            if (d != o) plan_.tasks.push_back(send(i, o, view(y, o), view(y, d), lo, hi, fmt::format("{}.chunk({}).bcast({})", name_of(op), c, d)));
+            if (d != o)
+              plan_.tasks.push_back(send(i, o, view(y, o), view(y, d), lo, hi,
+                                         fmt::format("{}.chunk({}).bcast({})", name_of(op), c, d)));
           }
         }
       }
@@ -487,7 +547,8 @@ class Lowerer {
         ylo[0] += s * m;
         yhi[0] += s * m;
         for (int64_t d = 0; d < R(); ++d) {
-          Task t = send(i, s, view(x, s), view(op.outputs[0], d), lo, hi, fmt::format("{}.chunk({}).to({})", name_of(op), c, d));
+          Task t = send(i, s, view(x, s), view(op.outputs[0], d), lo, hi,
+                        fmt::format("{}.chunk({}).to({})", name_of(op), c, d));
           t.args.clear();
           push_range(&t.args, lo, hi);
           push_range(&t.args, ylo, yhi);
@@ -501,11 +562,15 @@ class Lowerer {
   void lower_put(int i) {
     const OpInstance& op = s_.ops[i];
     const TensorUse& x = op.inputs[0];
-    const auto chunks = grid(x.shape, chunk_sizes(op, x.shape, compiler::dtype_bytes(s_.tensors[x.tensor].dtype)));
+    const auto chunks =
+        grid(x.shape, chunk_sizes(op, x.shape, compiler::dtype_bytes(s_.tensors[x.tensor].dtype)));
     for (int64_t s = 0; s < R(); ++s) {
-      const int64_t d = op.kind == OpKind::kShift ? (((s + op.ints.at("by")) % R()) + R()) % R() : eval_peer(op.outputs[0].peer, s, s_);
+      const int64_t d = op.kind == OpKind::kShift ? (((s + op.ints.at("by")) % R()) + R()) % R()
+                                                  : eval_peer(op.outputs[0].peer, s, s_);
       for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
-        plan_.tasks.push_back(send(i, s, view(x, s), view(op.outputs[0], d), chunks[c].first, chunks[c].second, fmt::format("{}.chunk({}).to({})", name_of(op), c, d)));
+        plan_.tasks.push_back(send(i, s, view(x, s), view(op.outputs[0], d), chunks[c].first,
+                                   chunks[c].second,
+                                   fmt::format("{}.chunk({}).to({})", name_of(op), c, d)));
       }
     }
   }
@@ -514,7 +579,9 @@ class Lowerer {
   void lower_signal(int i) {
     const OpInstance& op = s_.ops[i];
     for (int64_t s = 0; s < R(); ++s) {
-      Task t = task(i, s, TaskKind::kSignalOnly, fmt::format("{}.to({})", name_of(op), eval_peer(op.decl->inputs[0].peer, s, s_)));
+      Task t =
+          task(i, s, TaskKind::kSignalOnly,
+               fmt::format("{}.to({})", name_of(op), eval_peer(op.decl->inputs[0].peer, s, s_)));
       t.args = {eval_peer(op.decl->inputs[0].peer, s, s_)};
       plan_.tasks.push_back(std::move(t));
     }
@@ -525,7 +592,8 @@ class Lowerer {
   // received row: source rank, source row, k), which combine uses to send rows back.
   //   a2a_counts on s: views {route_s, xcounts_d for d in 0..R}; args {E, K}: counts s's rows per
   //     expert and writes that row into every rank's xcounts[s].
-  //   a2a_send on s: views {X_s, route_s, xcounts_s, Y_d..., origin_d...}; args {r0, r1, E, K}: rows
+  //   a2a_send on s: views {X_s, route_s, xcounts_s, Y_d..., origin_d...}; args {r0, r1, E, K}:
+  //   rows
   //     [r0, r1) of X go to their experts' ranks, at the row the expert-major, then source-rank,
   //     then source-row order gives them.
   //   a2a_finish on d: views {xcounts_d, counts_d}; args {E}: counts[s, e] = xcounts[s, d*E/R + e].
@@ -539,7 +607,8 @@ class Lowerer {
     const int xc = add_buffer(name_of(op) + ".xcounts", compiler::DType::kI32, {R(), E}, true);
     const int origin = add_buffer(name_of(op) + ".origin", compiler::DType::kI32, {cap, 3}, true);
     a2a_buffers_[i] = {xc, origin};
-    const int64_t rows_per = std::max<int64_t>(op.chunk.empty() ? T : op.chunk[0], cdiv(T, opts_.max_a2a_tasks_per_rank));
+    const int64_t rows_per = std::max<int64_t>(op.chunk.empty() ? T : op.chunk[0],
+                                               cdiv(T, opts_.max_a2a_tasks_per_rank));
     // In phases over all ranks (program order for the dependency rules): counts, rows, finish.
     for (int64_t s = 0; s < R(); ++s) {
       Task ct = task(i, s, TaskKind::kA2aCounts, fmt::format("{}.counts", name_of(op)));
@@ -554,10 +623,12 @@ class Lowerer {
     }
     for (int64_t s = 0; s < R(); ++s) {
       for (int64_t r0 = 0; r0 < T; r0 += rows_per) {
-        Task t = task(i, s, TaskKind::kA2aSend, fmt::format("{}.chunk({})", name_of(op), r0 / rows_per));
+        Task t =
+            task(i, s, TaskKind::kA2aSend, fmt::format("{}.chunk({})", name_of(op), r0 / rows_per));
         const View xv = view(op.inputs[0], s);
         t.views = {xv, whole(route, s), whole(xc, s)};
-        t.reads = {box(xv, {r0}, {std::min(T, r0 + rows_per)}), box(t.views[1], {r0}, {std::min(T, r0 + rows_per)}), whole_box(t.views[2])};
+        t.reads = {box(xv, {r0}, {std::min(T, r0 + rows_per)}),
+                   box(t.views[1], {r0}, {std::min(T, r0 + rows_per)}), whole_box(t.views[2])};
         for (int64_t d = 0; d < R(); ++d) {
           t.views.push_back(view(op.outputs[0], d));
           t.writes.push_back(whole_box(t.views.back()));
@@ -592,7 +663,8 @@ class Lowerer {
     const auto [xc, origin] = a2a_buffers_.at(op.dispatch_op);
     const int64_t K = s_.tensors[disp.tensor_args.at("route")].shape[1];
     const int64_t T = op.outputs[0].shape[0], H = op.outputs[0].shape[1];
-    const int back = add_buffer(name_of(op) + ".back", s_.tensors[op.outputs[0].tensor].dtype, {T, K, H}, true);
+    const int back =
+        add_buffer(name_of(op) + ".back", s_.tensors[op.outputs[0].tensor].dtype, {T, K, H}, true);
     const auto w = op.tensor_args.find("weights");
     for (int64_t d = 0; d < R(); ++d) {
       Task t = task(i, d, TaskKind::kCombineSend, fmt::format("{}.send", name_of(op)));
@@ -609,7 +681,8 @@ class Lowerer {
     for (int64_t s = 0; s < R(); ++s) {
       for (int64_t r0 = 0; r0 < T; r0 += rows_per) {
         const int64_t r1 = std::min(T, r0 + rows_per);
-        Task t = task(i, s, TaskKind::kCombineReduce, fmt::format("{}.chunk({})", name_of(op), r0 / rows_per));
+        Task t = task(i, s, TaskKind::kCombineReduce,
+                      fmt::format("{}.chunk({})", name_of(op), r0 / rows_per));
         const View b = whole(back, s), out = view(op.outputs[0], s);
         t.views = {b, w != op.tensor_args.end() ? whole(w->second, s) : b, out};
         t.reads = {box(b, {r0}, {r1})};
@@ -646,9 +719,12 @@ bool Box::overlaps(const Box& o) const {
 
 const char* handoff_name(HandOff h) {
   switch (h) {
-    case HandOff::kLocal: return "local_counter";
-    case HandOff::kPeerFlag: return "nvlink_flag";
-    case HandOff::kProxy: return "proxy_rdma";
+    case HandOff::kLocal:
+      return "local_counter";
+    case HandOff::kPeerFlag:
+      return "nvlink_flag";
+    case HandOff::kProxy:
+      return "proxy_rdma";
   }
   return "?";
 }

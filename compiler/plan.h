@@ -4,9 +4,9 @@
 //
 // The plan is rank-specific: every task belongs to one rank and names concrete regions of concrete
 // buffers, so a task's pointers and its wait targets are constants. Dependencies are events:
-// counters that live in the memory of the rank that waits on them (producers push; consumers spin on
-// local memory). Counters only grow. A wait names a per-launch count and a lag: in launch e
-// (e = 1, 2, ...) it waits until the counter reaches (e - lag) * count, so nothing is reset between
+// counters that live in the memory of the rank that waits on them (producers push; consumers spin
+// on local memory). Counters only grow. A wait names a per-launch count and a lag: in launch e (e =
+// 1, 2, ...) it waits until the counter reaches (e - lag) * count, so nothing is reset between
 // launches and a late write from launch e - 1 cannot be mistaken for launch e.
 #pragma once
 
@@ -20,9 +20,9 @@ namespace mkc::plan {
 
 // How a signal reaches the waiting task (DESIGN.md "hand-off kinds").
 enum class HandOff {
-  kLocal,      // same GPU: release/acquire counter in global memory
-  kPeerFlag,   // another GPU of the node: release atomic into the peer's memory over NVLink
-  kProxy,      // another node: the host proxy's RDMA write + remote counter update
+  kLocal,     // same GPU: release/acquire counter in global memory
+  kPeerFlag,  // another GPU of the node: release atomic into the peer's memory over NVLink
+  kProxy,     // another node: the host proxy's RDMA write + remote counter update
 };
 const char* handoff_name(HandOff h);
 
@@ -58,28 +58,28 @@ struct Wait {
 };
 
 struct Signal {
-  int event = -1;      // the event (its rank is where the counter lives)
+  int event = -1;  // the event (its rank is where the counter lives)
   HandOff handoff = HandOff::kLocal;
 };
 
 // X(Enumerator, "name", is_comm): what a task does. The meaning of `args` per kind is documented
 // in lower.cc next to the code that builds it; interpret.cc and the device templates implement it.
-#define MKC_TASK_KINDS(X)                  \
-  X(kLaunchFence, "launch_fence", true)    \
-  X(kLaunchEnd, "launch_end", true)        \
-  X(kGemmTile, "gemm_tile", false)         \
+#define MKC_TASK_KINDS(X)                         \
+  X(kLaunchFence, "launch_fence", true)           \
+  X(kLaunchEnd, "launch_end", true)               \
+  X(kGemmTile, "gemm_tile", false)                \
   X(kGroupedGemmTile, "grouped_gemm_tile", false) \
-  X(kMapTile, "map_tile", false)           \
-  X(kReduceTile, "reduce_tile", false)     \
-  X(kAttentionTile, "attention_tile", false) \
-  X(kCopy, "copy", false)                  \
-  X(kSend, "send", true)                   \
-  X(kReduceSlots, "reduce_slots", true)    \
-  X(kSignalOnly, "signal", true)           \
-  X(kA2aCounts, "a2a_counts", true)        \
-  X(kA2aSend, "a2a_send", true)            \
-  X(kA2aFinish, "a2a_finish", true)        \
-  X(kCombineSend, "combine_send", true)    \
+  X(kMapTile, "map_tile", false)                  \
+  X(kReduceTile, "reduce_tile", false)            \
+  X(kAttentionTile, "attention_tile", false)      \
+  X(kCopy, "copy", false)                         \
+  X(kSend, "send", true)                          \
+  X(kReduceSlots, "reduce_slots", true)           \
+  X(kSignalOnly, "signal", true)                  \
+  X(kA2aCounts, "a2a_counts", true)               \
+  X(kA2aSend, "a2a_send", true)                   \
+  X(kA2aFinish, "a2a_finish", true)               \
+  X(kCombineSend, "combine_send", true)           \
   X(kCombineReduce, "combine_reduce", true)
 
 enum class TaskKind {
@@ -103,10 +103,10 @@ struct Task {
   int op = -1;  // the operation instance (CheckedSchedule::ops) it comes from; -1 for fences
   int rank = 0;
   TaskKind kind = TaskKind::kCopy;
-  std::string label;           // "mm.tile(3, 5)"
-  std::vector<View> views;     // operands, in the kind's order
-  std::vector<int64_t> args;   // kind-specific integers
-  std::vector<Box> reads;      // for dependencies and the interpreter's checks
+  std::string label;          // "mm.tile(3, 5)"
+  std::vector<View> views;    // operands, in the kind's order
+  std::vector<int64_t> args;  // kind-specific integers
+  std::vector<Box> reads;     // for dependencies and the interpreter's checks
   std::vector<Box> writes;
   std::vector<Wait> waits;
   std::vector<Signal> signals;
@@ -133,7 +133,7 @@ struct Plan {
   std::vector<Buffer> buffers;
   std::vector<Event> events;
   std::vector<Task> tasks;
-  std::vector<Role> roles;                        // the same on every rank
+  std::vector<Role> roles;                               // the same on every rank
   std::vector<std::vector<std::vector<int>>> cta_tasks;  // [rank][cta] -> task ids in order
   std::vector<Decision> decisions;
   const compiler::CheckedSchedule* source = nullptr;

@@ -32,11 +32,13 @@ struct Ref {
 
 class Evaluator {
  public:
-  Evaluator(const compiler::CheckedSchedule& s, const HostFns& fns, std::vector<std::vector<std::vector<double>>>& d)
+  Evaluator(const compiler::CheckedSchedule& s, const HostFns& fns,
+            std::vector<std::vector<std::vector<double>>>& d)
       : s_(s), d_(d), R_(s.ranks) {
     for (const compiler::DeviceFunction& f : s.device_fns) {
       auto it = fns.find(f.name);
-      if (it == fns.end()) throw UserError(fmt::format("no host implementation of device function `{}`", f.name));
+      if (it == fns.end())
+        throw UserError(fmt::format("no host implementation of device function `{}`", f.name));
       fns_.push_back(it->second);
     }
   }
@@ -52,7 +54,9 @@ class Evaluator {
     for (size_t i = 0; i < u.index.size(); ++i) off += u.index[i] * product(t.shape, i + 1);
     return Ref{&d_[rank][u.tensor], off, u.shape};
   }
-  Ref whole(int tensor, int64_t rank) { return Ref{&d_[rank][tensor], 0, s_.tensors[tensor].shape}; }
+  Ref whole(int tensor, int64_t rank) {
+    return Ref{&d_[rank][tensor], 0, s_.tensors[tensor].shape};
+  }
 
   static double red(const std::string& op, double a, double b) {
     return op == "sum" ? a + b : op == "max" ? std::max(a, b) : std::min(a, b);
@@ -78,7 +82,8 @@ class Evaluator {
         return;
       case OpKind::kGroupedGemm:
         for (int64_t r = 0; r < R_; ++r) {
-          Ref x = ref(op.inputs[0], r), w = ref(op.inputs[1], r), y = ref(op.outputs[0], r), cn = whole(op.tensor_args.at("counts"), r);
+          Ref x = ref(op.inputs[0], r), w = ref(op.inputs[1], r), y = ref(op.outputs[0], r),
+              cn = whole(op.tensor_args.at("counts"), r);
           const int64_t G = w.shape[0], K = w.shape[1], N = w.shape[2];
           int64_t row = 0;
           for (int64_t g = 0; g < G; ++g) {
@@ -114,11 +119,13 @@ class Evaluator {
       case OpKind::kReduce:
         for (int64_t r = 0; r < R_; ++r) {
           Ref x = ref(op.inputs[0], r), y = ref(op.outputs[0], r);
-          const int64_t axis = op.ints.at("axis"), inner = product(x.shape, axis + 1), n = x.shape[axis];
+          const int64_t axis = op.ints.at("axis"), inner = product(x.shape, axis + 1),
+                        n = x.shape[axis];
           for (int64_t e = 0; e < y.size(); ++e) {
             const int64_t outer = e / inner, in = e % inner;
             double acc = x[outer * n * inner + in];
-            for (int64_t k = 1; k < n; ++k) acc = red(op.reduce_op, acc, x[(outer * n + k) * inner + in]);
+            for (int64_t k = 1; k < n; ++k)
+              acc = red(op.reduce_op, acc, x[(outer * n + k) * inner + in]);
             y[e] = acc;
           }
         }
@@ -165,7 +172,9 @@ class Evaluator {
           for (int64_t e = 0; e < x.size(); ++e) src[s].push_back(x[e]);
         }
         for (int64_t s = 0; s < R_; ++s) {
-          const int64_t d = op.kind == OpKind::kShift ? (((s + op.ints.at("by")) % R_) + R_) % R_ : ((compiler::evaluate(op.outputs[0].peer, s, s_) % R_) + R_) % R_;
+          const int64_t d = op.kind == OpKind::kShift
+                                ? (((s + op.ints.at("by")) % R_) + R_) % R_
+                                : ((compiler::evaluate(op.outputs[0].peer, s, s_) % R_) + R_) % R_;
           Ref y = ref(op.outputs[0], d);
           for (size_t e = 0; e < src[s].size(); ++e) y[static_cast<int64_t>(e)] = src[s][e];
         }
@@ -191,10 +200,12 @@ class Evaluator {
     }
     const size_t nd = op.inputs[0].shape.size();
     const int64_t D = op.inputs[0].shape[nd - 1];
-    const double scale = op.floats.count("scale") ? op.floats.at("scale") : 1.0 / std::sqrt(static_cast<double>(D));
+    const double scale =
+        op.floats.count("scale") ? op.floats.at("scale") : 1.0 / std::sqrt(static_cast<double>(D));
     const bool causal = op.ints.count("causal") && op.ints.at("causal");
     for (int64_t r = 0; r < R_; ++r) {
-      Ref q = ref(op.inputs[0], r), k = ref(op.inputs[1], r), v = ref(op.inputs[2], r), o = ref(op.outputs[0], r);
+      Ref q = ref(op.inputs[0], r), k = ref(op.inputs[1], r), v = ref(op.inputs[2], r),
+          o = ref(op.outputs[0], r);
       const int64_t L = product(std::vector<int64_t>(q.shape.begin(), q.shape.end() - 2));
       const int64_t Sq = q.shape[nd - 2], Sk = k.shape[nd - 2], Dv = v.shape[nd - 1];
       // Keys and values seen so far by this declaration: [l][j] rows.
@@ -282,7 +293,9 @@ class Evaluator {
         const auto [src, t, k] = key;
         if (src != s) continue;
         Ref y = ref(op.inputs[0], dst.first);
-        const double weight = w != op.tensor_args.end() ? whole(w->second, s)[t * whole(w->second, s).shape[1] + k] : 1.0;
+        const double weight = w != op.tensor_args.end()
+                                  ? whole(w->second, s)[t * whole(w->second, s).shape[1] + k]
+                                  : 1.0;
         for (int64_t h = 0; h < H; ++h) out[t * H + h] += weight * y[dst.second * H + h];
       }
     }
@@ -292,13 +305,17 @@ class Evaluator {
   std::vector<std::vector<std::vector<double>>>& d_;
   int64_t R_;
   std::vector<HostFn> fns_;
-  std::map<std::pair<const dsl::OpDecl*, int64_t>, std::vector<std::vector<std::pair<std::vector<double>, std::vector<double>>>>> seen_;
-  std::map<int, std::map<std::tuple<int64_t, int64_t, int64_t>, std::pair<int64_t, int64_t>>> placed_;
+  std::map<std::pair<const dsl::OpDecl*, int64_t>,
+           std::vector<std::vector<std::pair<std::vector<double>, std::vector<double>>>>>
+      seen_;
+  std::map<int, std::map<std::tuple<int64_t, int64_t, int64_t>, std::pair<int64_t, int64_t>>>
+      placed_;
 };
 
 }  // namespace
 
-void reference(const compiler::CheckedSchedule& s, const HostFns& fns, std::vector<std::vector<std::vector<double>>>& data) {
+void reference(const compiler::CheckedSchedule& s, const HostFns& fns,
+               std::vector<std::vector<std::vector<double>>>& data) {
   Evaluator(s, fns, data).run();
 }
 

@@ -14,6 +14,7 @@ namespace mkc::plan {
 
 // data[rank][tensor]: the user tensors (index = CheckedSchedule::tensors), inputs filled, the rest
 // NaN. Evaluates every operation in place.
-void reference(const compiler::CheckedSchedule& s, const HostFns& fns, std::vector<std::vector<std::vector<double>>>& data);
+void reference(const compiler::CheckedSchedule& s, const HostFns& fns,
+               std::vector<std::vector<std::vector<double>>>& data);
 
 }  // namespace mkc::plan

@@ -19,7 +19,8 @@ std::vector<int> producers(const Plan& p) {
   return by_event;
 }
 
-[[noreturn]] void report_cycle(const Plan& p, const std::vector<int>& by_event, const std::vector<int>& indeg) {
+[[noreturn]] void report_cycle(const Plan& p, const std::vector<int>& by_event,
+                               const std::vector<int>& indeg) {
   // Walk back along waits among the tasks left over until a task repeats: that is a cycle.
   int start = -1;
   for (size_t t = 0; t < indeg.size(); ++t) {
@@ -41,7 +42,8 @@ std::vector<int> producers(const Plan& p) {
   }
   std::string chain;
   for (size_t i = pos[v]; i < path.size(); ++i) {
-    chain += fmt::format("{}{} (rank {})", i == static_cast<size_t>(pos[v]) ? "" : " waits for ", p.tasks[path[i]].label, p.tasks[path[i]].rank);
+    chain += fmt::format("{}{} (rank {})", i == static_cast<size_t>(pos[v]) ? "" : " waits for ",
+                         p.tasks[path[i]].label, p.tasks[path[i]].rank);
   }
   chain += fmt::format(" waits for {} (rank {})", p.tasks[v].label, p.tasks[v].rank);
   throw UserError(fmt::format("plan `{}` has a wait cycle, a deadlock: {}", p.schedule, chain));
@@ -58,7 +60,9 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
   for (size_t t = 0; t < n; ++t) {
     for (const Wait& w : plan.tasks[t].waits) {
       const int pr = by_event[w.event];
-      if (pr < 0) throw InternalError(fmt::format("event {} of task {} has no producer", plan.events[w.event].name, plan.tasks[t].label));
+      if (pr < 0)
+        throw InternalError(fmt::format("event {} of task {} has no producer",
+                                        plan.events[w.event].name, plan.tasks[t].label));
       if (w.lag != 0) continue;
       ++indeg[t];
       out[pr].push_back(static_cast<int>(t));
@@ -81,7 +85,9 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
 
   // Roles.
   // Fences and launch ends are bookkeeping: they do not ask for comm CTAs by themselves.
-  const auto bookkeeping = [](const Task& t) { return t.kind == TaskKind::kLaunchFence || t.kind == TaskKind::kLaunchEnd; };
+  const auto bookkeeping = [](const Task& t) {
+    return t.kind == TaskKind::kLaunchFence || t.kind == TaskKind::kLaunchEnd;
+  };
   bool any_compute = false, any_comm = false;
   for (const Task& t : plan.tasks) {
     if (!bookkeeping(t)) (task_kind_is_comm(t.kind) ? any_comm : any_compute) = true;
@@ -90,10 +96,15 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
   if (!options.roles.empty()) {
     compute = options.roles.count("compute") ? options.roles.at("compute") : 0;
     comm = options.roles.count("comm") ? options.roles.at("comm") : 0;
-    if (any_compute && compute == 0) throw UserError(fmt::format("schedule `{}` has compute work but `roles` gives it no compute CTAs", plan.schedule));
-    if (any_comm && comm == 0) throw UserError(fmt::format("schedule `{}` has communication but `roles` gives it no comm CTAs", plan.schedule));
+    if (any_compute && compute == 0)
+      throw UserError(fmt::format(
+          "schedule `{}` has compute work but `roles` gives it no compute CTAs", plan.schedule));
+    if (any_comm && comm == 0)
+      throw UserError(fmt::format(
+          "schedule `{}` has communication but `roles` gives it no comm CTAs", plan.schedule));
     if (compute + comm > options.sms) {
-      throw UserError(fmt::format("schedule `{}`: roles ask for {} CTAs, the target has {} SMs", plan.schedule, compute + comm, options.sms));
+      throw UserError(fmt::format("schedule `{}`: roles ask for {} CTAs, the target has {} SMs",
+                                  plan.schedule, compute + comm, options.sms));
     }
   } else if (any_comm && any_compute) {
     // About one CTA in eight drives communication (16 of 132 on an H200), at least one.
@@ -104,7 +115,8 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
   } else {
     compute = options.sms;
   }
-  plan.roles = {Role{"compute", 0, static_cast<int>(compute)}, Role{"comm", static_cast<int>(compute), static_cast<int>(comm)}};
+  plan.roles = {Role{"compute", 0, static_cast<int>(compute)},
+                Role{"comm", static_cast<int>(compute), static_cast<int>(comm)}};
   const int64_t ctas = compute + comm;
 
   // Per-rank CTA lists in the global order.

@@ -2,6 +2,8 @@
 // matches the direct reference on random data, over two launches (ranks skewed freely, so epochs,
 // credits and launch fences are exercised) and several interleavings. Also: a wait cycle is
 // rejected before code generation, and a plan that cannot finish is reported as a deadlock.
+#include "compiler/interpret.h"
+
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -9,7 +11,6 @@
 #include <map>
 
 #include "compiler/check.h"
-#include "compiler/interpret.h"
 #include "compiler/passes.h"
 #include "compiler/reference.h"
 #include "dsl/parser.h"
@@ -34,7 +35,8 @@ const std::map<std::string, std::map<std::string, int64_t>> kSmall = {
 };
 
 HostFns host_fns() {
-  return {{"swiglu", [](const std::vector<double>& a) { return a[0] / (1.0 + std::exp(-a[0])) * a[1]; }}};
+  return {{"swiglu",
+           [](const std::vector<double>& a) { return a[0] / (1.0 + std::exp(-a[0])) * a[1]; }}};
 }
 
 struct Compiled {
@@ -57,7 +59,8 @@ Compiled compile(const std::string& path, int64_t ranks) {
 
 // Relative L2 error between the interpreter's and the reference's user tensors; a NaN where the
 // reference has a value (an element the plan never wrote) fails outright.
-void compare(const compiler::CheckedSchedule& s, const RankData& got, const std::vector<std::vector<double>>& want, const std::string& where) {
+void compare(const compiler::CheckedSchedule& s, const RankData& got,
+             const std::vector<std::vector<double>>& want, const std::string& where) {
   for (size_t t = 0; t < s.tensors.size(); ++t) {
     double num = 0, den = 0;
     int64_t unwritten = 0;
@@ -72,8 +75,10 @@ void compare(const compiler::CheckedSchedule& s, const RankData& got, const std:
       den += b * b;
     }
     const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-    CHECK_MESSAGE(unwritten == 0, where << " tensor " << s.tensors[t].name << ": " << unwritten << " elements never written");
-    CHECK_MESSAGE(rel <= 1e-9, where << " tensor " << s.tensors[t].name << ": relative error " << rel);
+    CHECK_MESSAGE(unwritten == 0, where << " tensor " << s.tensors[t].name << ": " << unwritten
+                                        << " elements never written");
+    CHECK_MESSAGE(rel <= 1e-9,
+                  where << " tensor " << s.tensors[t].name << ": relative error " << rel);
   }
 }
 
@@ -95,14 +100,16 @@ void run_sample(const std::string& name) {
         std::vector<std::vector<std::vector<double>>> ref(R);
         for (int64_t r = 0; r < R; ++r) {
           RankData inputs(plan.buffers.size());
-          for (size_t b = 0; b < plan.buffers.size(); ++b) inputs[b].assign(plan.buffers[b].elements(), std::nan(""));
+          for (size_t b = 0; b < plan.buffers.size(); ++b)
+            inputs[b].assign(plan.buffers[b].elements(), std::nan(""));
           io.inputs(static_cast<int>(r), launch, inputs);
           inputs.resize(s.tensors.size());
           ref[r] = inputs;
         }
         reference(s, io.fns, ref);
         for (int64_t r = 0; r < R; ++r) {
-          compare(s, res.snapshots[launch - 1][r], ref[r], fmt::format("{} R={} seed={} launch={} rank={}", name, R, seed, launch, r));
+          compare(s, res.snapshots[launch - 1][r], ref[r],
+                  fmt::format("{} R={} seed={} launch={} rank={}", name, R, seed, launch, r));
         }
       }
     }
@@ -110,8 +117,10 @@ void run_sample(const std::string& name) {
   }
 }
 
-#define SAMPLE_CASE(name) \
-  TEST_CASE("interpreter matches the reference: " name) { run_sample(name); }
+#define SAMPLE_CASE(name)                                 \
+  TEST_CASE("interpreter matches the reference: " name) { \
+    run_sample(name);                                     \
+  }
 SAMPLE_CASE("allreduce")
 SAMPLE_CASE("allgather")
 SAMPLE_CASE("reducescatter")
@@ -125,10 +134,15 @@ SAMPLE_CASE("moe_ffn_combine")
 SAMPLE_CASE("ring_attention")
 
 TEST_CASE("the selector: one-shot for small all-reduces, two-shot for large, and algo() wins") {
-  for (const auto& [n, want] : std::vector<std::pair<int64_t, std::string>>{{1024, "one_shot"}, {1 << 20, "two_shot"}}) {
+  for (const auto& [n, want] :
+       std::vector<std::pair<int64_t, std::string>>{{1024, "one_shot"}, {1 << 20, "two_shot"}}) {
     dsl::Diagnostics diags;
-    const dsl::Module m = dsl::parse(std::make_shared<dsl::SourceFile>("t.mks", fmt::format(
-        "schedule s {{ ranks R\n input X : bf16[{}] symmetric\n comm ar = allreduce(X, sum) }}", n)), diags);
+    const dsl::Module m =
+        dsl::parse(std::make_shared<dsl::SourceFile>(
+                       "t.mks", fmt::format("schedule s {{ ranks R\n input X : bf16[{}] "
+                                            "symmetric\n comm ar = allreduce(X, sum) }}",
+                                            n)),
+                   diags);
     compiler::CheckOptions opts;
     opts.ranks = {4};
     const auto checked = compiler::check(m, opts, diags);
@@ -147,8 +161,10 @@ TEST_CASE("a hand-made plan with a cross-rank cycle is rejected before code gene
   // (through rank 0's reduction) for ... : find two tasks and wire them both ways.
   int a = -1, b = -1;
   for (size_t t = 0; t < p.tasks.size(); ++t) {
-    if (p.tasks[t].kind == TaskKind::kSend && p.tasks[t].rank == 0 && a < 0) a = static_cast<int>(t);
-    if (p.tasks[t].kind == TaskKind::kReduceSlots && p.tasks[t].rank == 1 && b < 0) b = static_cast<int>(t);
+    if (p.tasks[t].kind == TaskKind::kSend && p.tasks[t].rank == 0 && a < 0)
+      a = static_cast<int>(t);
+    if (p.tasks[t].kind == TaskKind::kReduceSlots && p.tasks[t].rank == 1 && b < 0)
+      b = static_cast<int>(t);
   }
   REQUIRE(a >= 0);
   REQUIRE(b >= 0);

@@ -6,10 +6,17 @@
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <ostream>
+#include <set>
+#include <sstream>
 
 #include "compiler/check.h"
+#include "compiler/codegen.h"
+#include "compiler/jit.h"
 #include "compiler/nvrtc.h"
+#include "compiler/passes.h"
 #include "dsl/ast_json.h"
 #include "dsl/diagnostics.h"
 #include "dsl/parser.h"
@@ -26,6 +33,7 @@ mkc compiles .mks schedules into one persistent multi-GPU CUDA kernel.
 
 commands:
   check FILE...        parse and check schedules; report every error with its place
+  compile FILE         lower a schedule to one persistent kernel and JIT-compile it (NVRTC)
   devices              list the GPUs the CUDA driver sees (needs a driver)
   help                 show this help
 
@@ -39,6 +47,14 @@ check options:
                        how errors are printed on stderr (default text)
   --color=auto|always|never
                        colour text diagnostics (default: when stderr is a terminal)
+
+compile options (and -D, --ranks-per-node, --sms, --color as for check):
+  --ranks N            the world size to build the kernel for (default 2)
+  --arch sm_XY         target GPU architecture (default sm_90a; sm_80 works too)
+  -o DIR               where artefacts go (default: the current directory)
+  --emit LIST          artefacts, comma-separated: cu, ptx, cubin, plan (default cubin),
+                       written as DIR/<name>.cu, .ptx, .cubin, .plan.json
+  --no-cache           compile even if the JIT cache has the kernel
 
 options:
   -h, --help           show this help
@@ -188,6 +204,136 @@ int cmd_check(const std::vector<std::string>& args, std::ostream& out, std::ostr
   return rc;
 }
 
+void write_file(const std::string& path, const std::string& data) {
+  std::ofstream f(path, std::ios::binary);
+  f << data;
+  if (!f) throw EnvironmentError(fmt::format("cannot write `{}`", path));
+}
+
+int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                Terminal term) {
+  compiler::CheckOptions opts;
+  opts.ranks = {2};
+  std::string file, out_dir = ".", arch = "sm_90a", color = "auto";
+  std::set<std::string> emit = {"cubin"};
+  bool use_cache = true;
+  std::string defines_text;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const auto value = [&](const std::string& flag) -> std::string {
+      if (a.size() > flag.size() && a.compare(0, flag.size() + 1, flag + "=") == 0)
+        return a.substr(flag.size() + 1);
+      if (i + 1 >= args.size()) throw UserError(fmt::format("{} needs a value", flag));
+      return args[++i];
+    };
+    if (a == "-D" || (a.rfind("-D", 0) == 0 && a.size() > 2)) {
+      std::string d;
+      if (a == "-D") {
+        if (i + 1 >= args.size()) throw UserError("-D needs NAME=VALUE");
+        d = args[++i];
+      } else {
+        d = a.substr(2);
+      }
+      parse_define(d, &opts);
+      defines_text += (defines_text.empty() ? "" : " ") + d;
+    } else if (a == "--ranks" || a.rfind("--ranks=", 0) == 0) {
+      opts.ranks = {parse_count("--ranks", value("--ranks"))};
+    } else if (a == "--ranks-per-node" || a.rfind("--ranks-per-node=", 0) == 0) {
+      opts.ranks_per_node = parse_count("--ranks-per-node", value("--ranks-per-node"));
+    } else if (a == "--sms" || a.rfind("--sms=", 0) == 0) {
+      opts.sms = parse_count("--sms", value("--sms"));
+    } else if (a == "--arch" || a.rfind("--arch=", 0) == 0) {
+      arch = value("--arch");
+      if (arch.rfind("sm_", 0) != 0) {
+        throw UserError(
+            fmt::format("--arch {}: expected a real architecture such as sm_90a or sm_80", arch));
+      }
+    } else if (a == "-o") {
+      out_dir = value("-o");
+    } else if (a == "--emit" || a.rfind("--emit=", 0) == 0) {
+      emit.clear();
+      std::stringstream ss(value("--emit"));
+      for (std::string item; std::getline(ss, item, ',');) {
+        if (item != "cu" && item != "ptx" && item != "cubin" && item != "plan") {
+          throw UserError(
+              fmt::format("--emit: unknown artefact `{}` (cu, ptx, cubin, plan)", item));
+        }
+        emit.insert(item);
+      }
+    } else if (a == "--no-cache") {
+      use_cache = false;
+    } else if (a == "--color" || a.rfind("--color=", 0) == 0) {
+      color = value("--color");
+    } else if (!a.empty() && a[0] == '-') {
+      throw UserError(fmt::format("unknown option `{}` for `mkc compile`; run `mkc --help`", a));
+    } else if (file.empty()) {
+      file = a;
+    } else {
+      throw UserError("`mkc compile` takes one .mks file");
+    }
+  }
+  if (file.empty()) throw UserError("`mkc compile` needs a .mks file");
+  const bool use_color = color == "always" ||
+                         (color == "auto" && term.err_is_tty && std::getenv("NO_COLOR") == nullptr);
+  const auto file_src = dsl::SourceFile::read(file);
+  dsl::Diagnostics diags;
+  const dsl::Module module = dsl::parse(file_src, diags);
+  std::vector<compiler::CheckedSchedule> checked;
+  if (!diags.has_errors()) checked = compiler::check(module, opts, diags);
+  err << dsl::render_text(diags.all(), use_color);
+  if (diags.has_errors()) return kExitUserError;
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw EnvironmentError(fmt::format("cannot create `{}`: {}", out_dir, ec.message()));
+  const std::string stem = std::filesystem::path(file).stem().string();
+  for (const compiler::CheckedSchedule& s : checked) {
+    const std::string name = checked.size() == 1 ? stem : stem + "." + s.name;
+    plan::PassOptions po;
+    po.sms = opts.sms;
+    const plan::Plan p = plan::build_plan(s, po);
+    codegen::CodegenOptions co;
+    co.file = file_src;
+    co.defines = defines_text;
+    const codegen::Generated g = codegen::generate(p, co);
+    if (emit.count("plan"))
+      write_file(out_dir + "/" + name + ".plan.json", dsl::dump_json(plan::to_json(p)) + "\n");
+    if (emit.count("cu")) write_file(out_dir + "/" + name + ".cu", g.source);
+    std::string roles;
+    for (const plan::Role& r : p.roles)
+      roles += fmt::format("{}{}={}", roles.empty() ? "" : " ", r.name, r.count);
+    if (emit.count("cubin") == 0 && emit.count("ptx") == 0) {
+      fmt::print(out,
+                 "{}: kernel {} for {} rank{}: roles {}, {} tasks, {} bytes of source (not "
+                 "compiled: --emit has no cubin or ptx)\n",
+                 file, g.kernel_name, s.ranks, s.ranks == 1 ? "" : "s", roles, p.tasks.size(),
+                 g.source.size());
+      continue;
+    }
+    jit::JitOptions jo;
+    jo.arch = arch;
+    jo.want_ptx = emit.count("ptx") > 0;
+    jo.use_cache = use_cache;
+    jit::JitOutput j;
+    try {
+      j = jit::jit_compile(g.source, name + ".cu", g.kernel_name, jo);
+    } catch (const jit::NvrtcCompileError& e) {
+      // Errors in the user's device functions point into the .mks file through #line.
+      fmt::print(err, "mkc: error: {}\n", e.what());
+      return e.log().find(".mks(") != std::string::npos ? kExitUserError : kExitEnvironment;
+    }
+    if (emit.count("cubin")) write_file(out_dir + "/" + name + ".cubin", j.cubin);
+    if (emit.count("ptx")) write_file(out_dir + "/" + name + ".ptx", j.ptx);
+    fmt::print(out,
+               "{}: kernel {} for {} rank{}, {}: {} registers, {} B spills, {} B smem, roles {}, "
+               "{} tasks, "
+               "{:.2f} s ({})\n",
+               file, g.kernel_name, s.ranks, s.ranks == 1 ? "" : "s", arch, j.registers,
+               j.spill_bytes, j.smem_bytes, roles, p.tasks.size(), j.seconds,
+               j.cache_hit ? "cache hit" : "cache miss");
+  }
+  return kExitOk;
+}
+
 int dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
              Terminal term) {
   if (args.empty()) {
@@ -202,6 +348,7 @@ int dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (cmd == "--version") return cmd_version(out);
   if (cmd == "devices") return cmd_devices(out);
   if (cmd == "check") return cmd_check(args, out, err, term);
+  if (cmd == "compile") return cmd_compile(args, out, err, term);
   fmt::print(err, "mkc: error: unknown command or option `{}`; run `mkc --help` for the list\n",
              cmd);
   return kExitUserError;

@@ -1,0 +1,37 @@
+// Code generation: a scheduled plan becomes the CUDA C++ source of one persistent kernel.
+//
+// The source includes mkc's device templates (templates/mkc/*.cuh, handed to NVRTC from memory),
+// the schedule's device functions under `#line` directives (so NVRTC's errors point into the .mks
+// file), one short named function per task class (a task kind with its element types and device
+// function), the plan as constant tables (per rank: each CTA's task list, each task's views,
+// arguments, waits and signals), and the kernel: each CTA walks its list, waiting, running and
+// signalling. Deterministic: the same plan gives byte-identical source, so the JIT cache hits.
+#pragma once
+
+#include <string>
+
+#include "compiler/plan.h"
+#include "dsl/source.h"
+
+namespace mkc::codegen {
+
+struct CodegenOptions {
+  // The schedule's file (for #line and the source hash) and the -D values it was compiled with.
+  std::shared_ptr<const dsl::SourceFile> file;
+  std::string defines;  // "M=128 N=256", for the banner
+};
+
+struct Generated {
+  std::string source;
+  std::string kernel_name;   // mkc_<schedule>
+  uint64_t source_hash = 0;  // of the .mks text, defines and world size
+  int threads = 256;         // block size the kernel is built for
+  int ctas = 0;              // grid size
+};
+
+Generated generate(const plan::Plan& plan, const CodegenOptions& options);
+
+// 64-bit FNV-1a, for cache keys and banners.
+uint64_t fnv1a(std::string_view data, uint64_t seed = 0xcbf29ce484222325ull);
+
+}  // namespace mkc::codegen
