@@ -42,7 +42,20 @@ namespace mkc::rt {
   X(cuMemcpyHtoD, 3020)                 \
   X(cuMemcpyDtoH, 3020)                 \
   X(cuMemsetD8, 3020)                   \
-  X(cuLaunchKernel, 4000)
+  X(cuLaunchKernel, 4000)                            \
+  X(cuCtxEnablePeerAccess, 4000)                     \
+  X(cuDeviceCanAccessPeer, 4000)                     \
+  X(cuStreamCreate, 2000)                            \
+  X(cuStreamSynchronize, 2000)                       \
+  X(cuStreamDestroy, 4000)                           \
+  X(cuMemHostAlloc, 2020)                            \
+  X(cuMemHostGetDevicePointer, 3020)                 \
+  X(cuMemFreeHost, 2000)                             \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050) \
+  X(cuEventCreate, 2000)                             \
+  X(cuEventRecord, 2000)                             \
+  X(cuEventElapsedTime, 2000)                        \
+  X(cuEventDestroy, 4000)
 
 // The loaded driver: one function pointer per entry point, named as in cuda.h.
 class Driver {

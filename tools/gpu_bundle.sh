@@ -8,6 +8,8 @@ tests=$(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
 bazel build //:mkc $tests
 rm -rf "$dest" && mkdir -p "$dest"
 cp bazel-bin/mkc "$dest/"
+# Tests open samples/*.mks relative to where they run.
+cp -r samples "$dest/samples"
 for t in $tests; do
   pkg=${t#//}; pkg=${pkg%%:*}; name=${t##*:}
   cp "bazel-bin/$pkg/$name" "$dest/"
