@@ -19,42 +19,42 @@ namespace mkc::rt {
 
 // X-macro: every driver entry point mkc uses, with the ABI version whose PFN type we call through.
 // Add a call here (its version from cudaTypedefs.h) and it is resolved and typed.
-#define MKC_CUDA_DRIVER_ENTRY_POINTS(X) \
-  X(cuInit, 2000)                       \
-  X(cuDriverGetVersion, 2020)           \
-  X(cuGetErrorName, 6000)               \
-  X(cuGetErrorString, 6000)             \
-  X(cuDeviceGetCount, 2000)             \
-  X(cuDeviceGet, 2000)                  \
-  X(cuDeviceGetName, 2000)              \
-  X(cuDeviceGetAttribute, 2000)         \
-  X(cuDeviceTotalMem, 3020)             \
-  X(cuDevicePrimaryCtxRetain, 7000)     \
-  X(cuDevicePrimaryCtxRelease, 11000)   \
-  X(cuCtxSetCurrent, 4000)              \
-  X(cuCtxGetCurrent, 4000)              \
-  X(cuCtxSynchronize, 2000)             \
-  X(cuModuleLoadData, 2000)             \
-  X(cuModuleUnload, 2000)               \
-  X(cuModuleGetFunction, 2000)          \
-  X(cuMemAlloc, 3020)                   \
-  X(cuMemFree, 3020)                    \
-  X(cuMemcpyHtoD, 3020)                 \
-  X(cuMemcpyDtoH, 3020)                 \
-  X(cuMemsetD8, 3020)                   \
-  X(cuLaunchKernel, 4000)                            \
-  X(cuCtxEnablePeerAccess, 4000)                     \
-  X(cuDeviceCanAccessPeer, 4000)                     \
-  X(cuStreamCreate, 2000)                            \
-  X(cuStreamSynchronize, 2000)                       \
-  X(cuStreamDestroy, 4000)                           \
-  X(cuMemHostAlloc, 2020)                            \
-  X(cuMemHostGetDevicePointer, 3020)                 \
-  X(cuMemFreeHost, 2000)                             \
+#define MKC_CUDA_DRIVER_ENTRY_POINTS(X)                \
+  X(cuInit, 2000)                                      \
+  X(cuDriverGetVersion, 2020)                          \
+  X(cuGetErrorName, 6000)                              \
+  X(cuGetErrorString, 6000)                            \
+  X(cuDeviceGetCount, 2000)                            \
+  X(cuDeviceGet, 2000)                                 \
+  X(cuDeviceGetName, 2000)                             \
+  X(cuDeviceGetAttribute, 2000)                        \
+  X(cuDeviceTotalMem, 3020)                            \
+  X(cuDevicePrimaryCtxRetain, 7000)                    \
+  X(cuDevicePrimaryCtxRelease, 11000)                  \
+  X(cuCtxSetCurrent, 4000)                             \
+  X(cuCtxGetCurrent, 4000)                             \
+  X(cuCtxSynchronize, 2000)                            \
+  X(cuModuleLoadData, 2000)                            \
+  X(cuModuleUnload, 2000)                              \
+  X(cuModuleGetFunction, 2000)                         \
+  X(cuMemAlloc, 3020)                                  \
+  X(cuMemFree, 3020)                                   \
+  X(cuMemcpyHtoD, 3020)                                \
+  X(cuMemcpyDtoH, 3020)                                \
+  X(cuMemsetD8, 3020)                                  \
+  X(cuLaunchKernel, 4000)                              \
+  X(cuCtxEnablePeerAccess, 4000)                       \
+  X(cuDeviceCanAccessPeer, 4000)                       \
+  X(cuStreamCreate, 2000)                              \
+  X(cuStreamSynchronize, 2000)                         \
+  X(cuStreamDestroy, 4000)                             \
+  X(cuMemHostAlloc, 2020)                              \
+  X(cuMemHostGetDevicePointer, 3020)                   \
+  X(cuMemFreeHost, 2000)                               \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050) \
-  X(cuEventCreate, 2000)                             \
-  X(cuEventRecord, 2000)                             \
-  X(cuEventElapsedTime, 2000)                        \
+  X(cuEventCreate, 2000)                               \
+  X(cuEventRecord, 2000)                               \
+  X(cuEventElapsedTime, 2000)                          \
   X(cuEventDestroy, 4000)
 
 // The loaded driver: one function pointer per entry point, named as in cuda.h.

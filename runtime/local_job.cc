@@ -48,8 +48,9 @@ class CtxScope {
 uint16_t to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                   // round to nearest even
   return static_cast<uint16_t>(u >> 16);
 }
 
@@ -74,13 +75,15 @@ struct LocalJob::Rank {
   CUdeviceptr error_dev = 0;
 };
 
-LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin, const std::string& kernel, int ctas, int threads,
-                   LocalJobOptions options)
+LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin, const std::string& kernel,
+                   int ctas, int threads, LocalJobOptions options)
     : plan_(plan), kernel_(kernel), ctas_(ctas), threads_(threads), opts_(std::move(options)) {
   const Driver& d = Driver::get();
   const int n = static_cast<int>(plan.ranks);
   if (n > device_count()) {
-    throw UserError(fmt::format("the plan is for {} ranks but this machine has {} GPU(s); compile with --ranks {}", n, device_count(), device_count()));
+    throw UserError(fmt::format(
+        "the plan is for {} ranks but this machine has {} GPU(s); compile with --ranks {}", n,
+        device_count(), device_count()));
   }
   for (int r = 0; r < n; ++r) {
     auto rk = std::make_unique<Rank>();
@@ -94,19 +97,24 @@ LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin, const std::
     MKC_CU(d, cuOccupancyMaxActiveBlocksPerMultiprocessor, &per_sm, rk->fn, threads, 0);
     MKC_CU(d, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, rk->dev);
     if (static_cast<int64_t>(per_sm) * sms < ctas) {
-      throw UserError(fmt::format("the kernel's {} CTAs cannot all be resident on GPU {} ({} per SM x {} SMs); compile with --sms {}", ctas, r, per_sm, sms,
-                                  static_cast<int64_t>(per_sm) * sms));
+      throw UserError(
+          fmt::format("the kernel's {} CTAs cannot all be resident on GPU {} ({} per SM x {} SMs); "
+                      "compile with --sms {}",
+                      ctas, r, per_sm, sms, static_cast<int64_t>(per_sm) * sms));
     }
     MKC_CU(d, cuStreamCreate, &rk->stream, CU_STREAM_NON_BLOCKING);
     for (const plan::Buffer& b : plan.buffers) {
       CUdeviceptr p = 0;
-      MKC_CU(d, cuMemAlloc, &p, std::max<size_t>(1, static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype)));
+      MKC_CU(
+          d, cuMemAlloc, &p,
+          std::max<size_t>(1, static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype)));
       rk->buffers.push_back(p);
     }
     MKC_CU(d, cuMemAlloc, &rk->events, std::max<size_t>(1, plan.events.size()) * 8);
     MKC_CU(d, cuMemsetD8, rk->events, 0, std::max<size_t>(1, plan.events.size()) * 8);
     void* host = nullptr;
-    MKC_CU(d, cuMemHostAlloc, &host, sizeof(ErrorRecord), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
+    MKC_CU(d, cuMemHostAlloc, &host, sizeof(ErrorRecord),
+           CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
     rk->error = static_cast<ErrorRecord*>(host);
     std::memset(rk->error, 0, sizeof(ErrorRecord));
     MKC_CU(d, cuMemHostGetDevicePointer, &rk->error_dev, host, 0);
@@ -119,9 +127,14 @@ LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin, const std::
       if (a == b) continue;
       int can = 0;
       MKC_CU(d, cuDeviceCanAccessPeer, &can, ranks_[a]->dev, ranks_[b]->dev);
-      if (!can) throw EnvironmentError(fmt::format("GPU {} cannot access GPU {} (no P2P); mkc needs NVLink or PCIe peer access between the GPUs of a node", a, b));
+      if (!can)
+        throw EnvironmentError(
+            fmt::format("GPU {} cannot access GPU {} (no P2P); mkc needs NVLink or PCIe peer "
+                        "access between the GPUs of a node",
+                        a, b));
       const CUresult res = d.cuCtxEnablePeerAccess(ranks_[b]->ctx, 0);
-      if (res != CUDA_SUCCESS && res != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) throw_cu_error(d, res, "cuCtxEnablePeerAccess", __FILE__, __LINE__);
+      if (res != CUDA_SUCCESS && res != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+        throw_cu_error(d, res, "cuCtxEnablePeerAccess", __FILE__, __LINE__);
     }
   }
   // Address tables: with one address space, every rank's pointers are valid on every GPU.
@@ -164,13 +177,37 @@ void LocalJob::upload(int rank, int buffer, const std::vector<double>& values) {
   for (size_t i = 0; i < values.size(); ++i) {
     unsigned char* p = bytes.data() + i * eb;
     switch (b.dtype) {
-      case compiler::DType::kBf16: { const uint16_t h = to_bf16(static_cast<float>(values[i])); std::memcpy(p, &h, 2); break; }
-      case compiler::DType::kF16: { const _Float16 h = static_cast<_Float16>(values[i]); std::memcpy(p, &h, 2); break; }
-      case compiler::DType::kF32: { const float f = static_cast<float>(values[i]); std::memcpy(p, &f, 4); break; }
-      case compiler::DType::kF64: std::memcpy(p, &values[i], 8); break;
-      case compiler::DType::kI32: { const int32_t v = static_cast<int32_t>(values[i]); std::memcpy(p, &v, 4); break; }
-      case compiler::DType::kI64: { const int64_t v = static_cast<int64_t>(values[i]); std::memcpy(p, &v, 8); break; }
-      default: throw UserError(fmt::format("uploading {} data is not supported yet", compiler::dtype_name(b.dtype)));
+      case compiler::DType::kBf16: {
+        const uint16_t h = to_bf16(static_cast<float>(values[i]));
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case compiler::DType::kF16: {
+        const _Float16 h = static_cast<_Float16>(values[i]);
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case compiler::DType::kF32: {
+        const float f = static_cast<float>(values[i]);
+        std::memcpy(p, &f, 4);
+        break;
+      }
+      case compiler::DType::kF64:
+        std::memcpy(p, &values[i], 8);
+        break;
+      case compiler::DType::kI32: {
+        const int32_t v = static_cast<int32_t>(values[i]);
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case compiler::DType::kI64: {
+        const int64_t v = static_cast<int64_t>(values[i]);
+        std::memcpy(p, &v, 8);
+        break;
+      }
+      default:
+        throw UserError(
+            fmt::format("uploading {} data is not supported yet", compiler::dtype_name(b.dtype)));
     }
   }
   CtxScope scope(d, ranks_[rank]->ctx);
@@ -190,13 +227,42 @@ std::vector<double> LocalJob::download(int rank, int buffer) {
   for (size_t i = 0; i < out.size(); ++i) {
     const unsigned char* p = bytes.data() + i * eb;
     switch (b.dtype) {
-      case compiler::DType::kBf16: { uint16_t h; std::memcpy(&h, p, 2); out[i] = from_bf16(h); break; }
-      case compiler::DType::kF16: { _Float16 h; std::memcpy(&h, p, 2); out[i] = static_cast<double>(h); break; }
-      case compiler::DType::kF32: { float f; std::memcpy(&f, p, 4); out[i] = f; break; }
-      case compiler::DType::kF64: std::memcpy(&out[i], p, 8); break;
-      case compiler::DType::kI32: { int32_t v; std::memcpy(&v, p, 4); out[i] = v; break; }
-      case compiler::DType::kI64: { int64_t v; std::memcpy(&v, p, 8); out[i] = static_cast<double>(v); break; }
-      default: throw UserError(fmt::format("downloading {} data is not supported yet", compiler::dtype_name(b.dtype)));
+      case compiler::DType::kBf16: {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        out[i] = from_bf16(h);
+        break;
+      }
+      case compiler::DType::kF16: {
+        _Float16 h;
+        std::memcpy(&h, p, 2);
+        out[i] = static_cast<double>(h);
+        break;
+      }
+      case compiler::DType::kF32: {
+        float f;
+        std::memcpy(&f, p, 4);
+        out[i] = f;
+        break;
+      }
+      case compiler::DType::kF64:
+        std::memcpy(&out[i], p, 8);
+        break;
+      case compiler::DType::kI32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        out[i] = v;
+        break;
+      }
+      case compiler::DType::kI64: {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        out[i] = static_cast<double>(v);
+        break;
+      }
+      default:
+        throw UserError(
+            fmt::format("downloading {} data is not supported yet", compiler::dtype_name(b.dtype)));
     }
   }
   return out;
@@ -206,17 +272,24 @@ void LocalJob::poison(int rank, int buffer) {
   const Driver& d = Driver::get();
   const plan::Buffer& b = plan_.buffers[buffer];
   CtxScope scope(d, ranks_[rank]->ctx);
-  MKC_CU(d, cuMemsetD8, ranks_[rank]->buffers[buffer], 0xFF, static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype));
+  MKC_CU(d, cuMemsetD8, ranks_[rank]->buffers[buffer], 0xFF,
+         static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype));
 }
 
 void LocalJob::enqueue(int r) {
   const Driver& d = Driver::get();
   Rank& rk = *ranks_[r];
   CtxScope scope(d, rk.ctx);
-  KernelArgs args{reinterpret_cast<void* const*>(rk.buffer_table), reinterpret_cast<unsigned long long* const*>(rk.event_table), r, epoch_,
-                  opts_.timeout_ns, reinterpret_cast<void*>(rk.error_dev), nullptr};
+  KernelArgs args{reinterpret_cast<void* const*>(rk.buffer_table),
+                  reinterpret_cast<unsigned long long* const*>(rk.event_table),
+                  r,
+                  epoch_,
+                  opts_.timeout_ns,
+                  reinterpret_cast<void*>(rk.error_dev),
+                  nullptr};
   void* params[] = {&args};
-  MKC_CU(d, cuLaunchKernel, rk.fn, static_cast<unsigned>(ctas_), 1, 1, static_cast<unsigned>(threads_), 1, 1, 0, rk.stream, params, nullptr);
+  MKC_CU(d, cuLaunchKernel, rk.fn, static_cast<unsigned>(ctas_), 1, 1,
+         static_cast<unsigned>(threads_), 1, 1, 0, rk.stream, params, nullptr);
 }
 
 void LocalJob::finish(const std::vector<int>& which) {
@@ -239,10 +312,13 @@ void LocalJob::finish(const std::vector<int>& which) {
         where = fmt::format("{}:{}:{}", opts_.file->path(), lc.line, lc.col);
       }
     }
-    if (e.event >= 0 && e.event < static_cast<int>(plan_.events.size())) event = plan_.events[e.event].name;
-    throw LaunchError(fmt::format("launch {} timed out on rank {}: task {} (from {}) waited {:.1f} s for event {} to reach {}, seen {}; "
-                                  "a peer did not launch, or failed",
-                                  epoch_, e.rank, task, where, opts_.timeout_ns / 1e9, event, e.expected, e.seen));
+    if (e.event >= 0 && e.event < static_cast<int>(plan_.events.size()))
+      event = plan_.events[e.event].name;
+    throw LaunchError(fmt::format(
+        "launch {} timed out on rank {}: task {} (from {}) waited {:.1f} s for event {} to reach "
+        "{}, seen {}; "
+        "a peer did not launch, or failed",
+        epoch_, e.rank, task, where, opts_.timeout_ns / 1e9, event, e.expected, e.seen));
   }
 }
 

@@ -25,7 +25,7 @@ class LaunchError : public std::runtime_error {
 };
 
 struct LocalJobOptions {
-  uint64_t timeout_ns = 5'000'000'000ull;  // per wait inside the kernel
+  uint64_t timeout_ns = 5'000'000'000ull;       // per wait inside the kernel
   std::shared_ptr<const dsl::SourceFile> file;  // for messages naming the .mks line
 };
 
@@ -33,8 +33,8 @@ class LocalJob {
  public:
   // `plan` must have been built for as many ranks as the job uses (at most the local GPU count)
   // and for at most the GPUs' SM count of CTAs; `cubin` holds `kernel`.
-  LocalJob(const plan::Plan& plan, const std::string& cubin, const std::string& kernel, int ctas, int threads,
-           LocalJobOptions options = {});
+  LocalJob(const plan::Plan& plan, const std::string& cubin, const std::string& kernel, int ctas,
+           int threads, LocalJobOptions options = {});
   ~LocalJob();
   LocalJob(const LocalJob&) = delete;
   LocalJob& operator=(const LocalJob&) = delete;

@@ -18,6 +18,7 @@
 #include "compiler/passes.h"
 #include "compiler/reference.h"
 #include "dsl/parser.h"
+#include "runtime/verify.h"
 #include "tests/support/gpu.h"
 
 namespace mkc::rt {
@@ -32,7 +33,8 @@ struct Compiled {
   jit::JitOutput jit;
 };
 
-std::unique_ptr<Compiled> compile(std::shared_ptr<const dsl::SourceFile> file, int64_t ranks, std::map<std::string, int64_t> defines) {
+std::unique_ptr<Compiled> compile(std::shared_ptr<const dsl::SourceFile> file, int64_t ranks,
+                                  std::map<std::string, int64_t> defines) {
   auto c = std::make_unique<Compiled>();
   c->file = file;
   dsl::Diagnostics diags;
@@ -55,66 +57,22 @@ std::unique_ptr<Compiled> compile(std::shared_ptr<const dsl::SourceFile> file, i
   return c;
 }
 
-double quantize(double v, compiler::DType t) {
-  switch (t) {
-    case compiler::DType::kBf16: return from_bf16(to_bf16(static_cast<float>(v)));
-    case compiler::DType::kF32: return static_cast<float>(v);
-    default: return v;
-  }
-}
-
-double tolerance(compiler::DType t) { return t == compiler::DType::kBf16 || t == compiler::DType::kF16 ? 1e-2 : t == compiler::DType::kF32 ? 1e-4 : 0; }
-
-// Runs `launches` launches with fresh inputs and checks every user tensor against the reference.
+// Runs `launches` checked launches with fresh inputs: every user tensor against the reference.
 void run_and_check(Compiled& c, int launches, const plan::HostFns& fns = {}) {
-  const compiler::CheckedSchedule& s = c.checked[0];
   LocalJobOptions lo;
   lo.file = c.file;
   LocalJob job(c.plan, c.jit.cubin, c.gen.kernel_name, c.gen.ctas, c.gen.threads, lo);
-  const int R = job.ranks();
-  const plan::InputFn inputs = plan::random_inputs(c.plan, 7);
   for (int launch = 1; launch <= launches; ++launch) {
-    std::vector<std::vector<std::vector<double>>> ref(R);
-    for (int r = 0; r < R; ++r) {
-      plan::RankData data(c.plan.buffers.size());
-      for (size_t b = 0; b < c.plan.buffers.size(); ++b) data[b].assign(c.plan.buffers[b].elements(), std::nan(""));
-      inputs(r, launch, data);
-      data.resize(s.tensors.size());
-      for (size_t t = 0; t < s.tensors.size(); ++t) {
-        if (s.tensors[t].kind == dsl::TensorKind::kInput) {
-          for (double& v : data[t]) v = quantize(v, s.tensors[t].dtype);
-          job.upload(r, static_cast<int>(t), data[t]);
-        } else {
-          job.poison(r, static_cast<int>(t));
-        }
-      }
-      ref[r] = data;
-    }
-    job.launch();
-    plan::reference(s, fns, ref);
-    for (int r = 0; r < R; ++r) {
-      for (size_t t = 0; t < s.tensors.size(); ++t) {
-        const std::vector<double> got = job.download(r, static_cast<int>(t));
-        double num = 0, den = 0;
-        int64_t unwritten = 0;
-        for (size_t e = 0; e < got.size(); ++e) {
-          const double want = ref[r][t][e];
-          if (std::isnan(want)) continue;
-          if (std::isnan(got[e])) {
-            ++unwritten;
-            continue;
-          }
-          num += (got[e] - want) * (got[e] - want);
-          den += want * want;
-        }
-        const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-        const std::string where = fmt::format("{} launch {} rank {} tensor {}", s.name, launch, r, s.tensors[t].name);
-        CHECK_MESSAGE(unwritten == 0, where << ": " << unwritten << " elements never written");
-        CHECK_MESSAGE(rel <= tolerance(s.tensors[t].dtype), where << ": relative L2 error " << rel);
-      }
+    for (const TensorCheck& t : checked_launch(job, c.plan, fns, 7)) {
+      const std::string where =
+          fmt::format("{} launch {} rank {} tensor {}", c.plan.schedule, launch, t.rank, t.tensor);
+      CHECK_MESSAGE(t.unwritten == 0, where << ": " << t.unwritten << " elements never written");
+      CHECK_MESSAGE(t.rel_error <= t.tolerance, where << ": relative L2 error " << t.rel_error);
     }
   }
-  MESSAGE(fmt::format("{} on {} GPU(s): {} tasks, {} registers, {} launches checked", s.name, R, c.plan.tasks.size(), c.jit.registers, launches));
+  MESSAGE(fmt::format("{} on {} GPU(s): {} tasks, {} registers, {} launches checked",
+                      c.plan.schedule, job.ranks(), c.plan.tasks.size(), c.jit.registers,
+                      launches));
 }
 
 const std::map<std::string, std::map<std::string, int64_t>> kSizes = {
@@ -133,7 +91,9 @@ const std::map<std::string, std::map<std::string, int64_t>> kSizes = {
 
 GPU_TEST_CASE("every sample on the local GPUs matches the reference over three launches") {
   const int R = device_count();
-  const plan::HostFns fns = {{"swiglu", [](const std::vector<double>& a) { return a[0] / (1.0 + std::exp(-a[0])) * a[1]; }}};
+  const plan::HostFns fns = {{"swiglu", [](const std::vector<double>& a) {
+                                return a[0] / (1.0 + std::exp(-a[0])) * a[1];
+                              }}};
   for (const auto& [name, sizes] : kSizes) {
     SUBCASE(name.c_str()) {
       auto c = compile(dsl::SourceFile::read("samples/" + name + ".mks"), R, sizes);
@@ -143,7 +103,8 @@ GPU_TEST_CASE("every sample on the local GPUs matches the reference over three l
 }
 
 GPU_TEST_CASE("two-shot all-reduce (2 MB per rank) matches the reference") {
-  auto c = compile(dsl::SourceFile::read("samples/allreduce.mks"), device_count(), {{"N", 16 * 65536}});
+  auto c =
+      compile(dsl::SourceFile::read("samples/allreduce.mks"), device_count(), {{"N", 16 * 65536}});
   const bool two_shot = device_count() == 1 || c->plan.decisions[0].choice == "two_shot";
   REQUIRE(two_shot);
   run_and_check(*c, 2);
@@ -169,7 +130,10 @@ GPU_TEST_CASE("1,000 back-to-back launches reuse the counters without a stale fl
     job.upload(r, 0, x);
   }
   const double us = job.time_launches(1000);
-  MESSAGE(fmt::format("{} ranks: 1000 launches of a 16 KB all-reduce, {:.2f} us per launch (kernel launch included)", R, us));
+  MESSAGE(
+      fmt::format("{} ranks: 1000 launches of a 16 KB all-reduce, {:.2f} us per launch (kernel "
+                  "launch included)",
+                  R, us));
   CHECK(job.launches() == 1000);
   for (int r = 0; r < R; ++r) {
     const std::vector<double> y = job.download(r, 1);
@@ -179,7 +143,8 @@ GPU_TEST_CASE("1,000 back-to-back launches reuse the counters without a stale fl
   }
 }
 
-MULTI_GPU_TEST_CASE("a rank that never launches: its peer times out naming the edge, the GPUs stay usable", 2) {
+MULTI_GPU_TEST_CASE(
+    "a rank that never launches: its peer times out naming the edge, the GPUs stay usable", 2) {
   auto c = compile(dsl::SourceFile::read("samples/allgather.mks"), 2, {{"M", 1024}, {"K", 64}});
   {
     LocalJobOptions lo;

@@ -21,6 +21,8 @@
 #include "dsl/diagnostics.h"
 #include "dsl/parser.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/local_job.h"
+#include "runtime/verify.h"
 #include "support/error.h"
 #include "support/version.h"
 
@@ -34,6 +36,7 @@ mkc compiles .mks schedules into one persistent multi-GPU CUDA kernel.
 commands:
   check FILE...        parse and check schedules; report every error with its place
   compile FILE         lower a schedule to one persistent kernel and JIT-compile it (NVRTC)
+  run FILE             compile and run a schedule on this machine's GPUs, one rank per GPU
   devices              list the GPUs the CUDA driver sees (needs a driver)
   help                 show this help
 
@@ -55,6 +58,12 @@ compile options (and -D, --ranks-per-node, --sms, --color as for check):
   --emit LIST          artefacts, comma-separated: cu, ptx, cubin, plan (default cubin),
                        written as DIR/<name>.cu, .ptx, .cubin, .plan.json
   --no-cache           compile even if the JIT cache has the kernel
+
+run options (and -D, --sms as above):
+  --ranks N            ranks = GPUs to use (default: every GPU of the machine)
+  --check              compare every output of every rank with the reference (fresh random data)
+  --iters N            time N back-to-back launches and print the time per launch
+  --timeout-ms T       how long a wait inside the kernel may take before it reports (default 5000)
 
 options:
   -h, --help           show this help
@@ -108,59 +117,99 @@ int64_t parse_count(const std::string& flag, const std::string& value) {
   return v;
 }
 
+// The flags `check`, `compile` and `run` share, and the ones each adds: a command parses its
+// arguments with `next()`, which handles the shared flags itself and hands back the others.
+class Flags {
+ public:
+  explicit Flags(const std::vector<std::string>& args) : args_(args) {}
+
+  compiler::CheckOptions check;
+  std::string defines_text;  // "-D" values as given, for banners
+  std::string color = "auto";
+  std::vector<std::string> files;
+
+  // Moves to the next argument that is not a shared flag or a file; false at the end.
+  bool next() {
+    while (++i_ < args_.size()) {
+      const std::string& a = args_[i_];
+      if (a == "-D" || (a.rfind("-D", 0) == 0 && a.size() > 2)) {
+        const std::string d = a == "-D" ? value("-D") : a.substr(2);
+        parse_define(d, &check);
+        defines_text += (defines_text.empty() ? "" : " ") + d;
+      } else if (is("--ranks")) {
+        check.ranks = {parse_count("--ranks", value("--ranks"))};
+      } else if (is("--ranks-per-node")) {
+        check.ranks_per_node = parse_count("--ranks-per-node", value("--ranks-per-node"));
+      } else if (is("--sms")) {
+        check.sms = parse_count("--sms", value("--sms"));
+      } else if (is("--color")) {
+        color = value("--color");
+        if (color != "auto" && color != "always" && color != "never") {
+          throw UserError(fmt::format("--color={}: expected auto, always or never", color));
+        }
+      } else if (a.empty() || a[0] != '-') {
+        files.push_back(a);
+      } else {
+        return true;
+      }
+    }
+    return false;
+  }
+  const std::string& arg() const { return args_[i_]; }
+  // True when the current argument is `flag` or `flag=...`.
+  bool is(const std::string& flag) const {
+    const std::string& a = args_[i_];
+    return a == flag || a.rfind(flag + "=", 0) == 0;
+  }
+  // The value of the current flag: after `=`, or the next argument.
+  std::string value(const std::string& flag) {
+    const std::string& a = args_[i_];
+    if (a.size() > flag.size() && a.compare(0, flag.size() + 1, flag + "=") == 0)
+      return a.substr(flag.size() + 1);
+    if (i_ + 1 >= args_.size()) throw UserError(fmt::format("{} needs a value", flag));
+    return args_[++i_];
+  }
+  [[noreturn]] void unknown(const std::string& command) const {
+    throw UserError(
+        fmt::format("unknown option `{}` for `mkc {}`; run `mkc --help`", args_[i_], command));
+  }
+  bool use_color(const Terminal& term) const {
+    return color == "always" ||
+           (color == "auto" && term.err_is_tty && std::getenv("NO_COLOR") == nullptr);
+  }
+
+ private:
+  const std::vector<std::string>& args_;
+  size_t i_ = 0;
+};
+
 int cmd_check(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
               Terminal term) {
-  compiler::CheckOptions opts;
-  std::vector<std::string> files;
+  Flags f(args);
   bool emit_ast = false;
   bool json = false;
-  std::string color = "auto";
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    const auto value = [&](const std::string& flag) -> std::string {
-      if (a.size() > flag.size() && a.compare(0, flag.size() + 1, flag + "=") == 0)
-        return a.substr(flag.size() + 1);
-      if (i + 1 >= args.size()) throw UserError(fmt::format("{} needs a value", flag));
-      return args[++i];
-    };
-    if (a == "-D") {
-      if (i + 1 >= args.size()) throw UserError("-D needs NAME=VALUE");
-      parse_define(args[++i], &opts);
-    } else if (a.rfind("-D", 0) == 0) {
-      parse_define(a.substr(2), &opts);
-    } else if (a == "--ranks" || a.rfind("--ranks=", 0) == 0) {
-      opts.ranks = {parse_count("--ranks", value("--ranks"))};
-    } else if (a == "--ranks-per-node" || a.rfind("--ranks-per-node=", 0) == 0) {
-      opts.ranks_per_node = parse_count("--ranks-per-node", value("--ranks-per-node"));
-    } else if (a == "--sms" || a.rfind("--sms=", 0) == 0) {
-      opts.sms = parse_count("--sms", value("--sms"));
-    } else if (a == "--emit=ast") {
+  while (f.next()) {
+    if (f.arg() == "--emit=ast") {
       emit_ast = true;
-    } else if (a.rfind("--emit", 0) == 0) {
-      throw UserError(fmt::format("{}: `mkc check` emits only `--emit=ast`", a));
-    } else if (a == "--diagnostics-format" || a.rfind("--diagnostics-format=", 0) == 0) {
-      const std::string v = value("--diagnostics-format");
+    } else if (f.arg().rfind("--emit", 0) == 0) {
+      throw UserError(fmt::format("{}: `mkc check` emits only `--emit=ast`", f.arg()));
+    } else if (f.is("--diagnostics-format")) {
+      const std::string v = f.value("--diagnostics-format");
       if (v != "text" && v != "json")
         throw UserError(fmt::format("--diagnostics-format={}: expected text or json", v));
       json = v == "json";
-    } else if (a == "--color" || a.rfind("--color=", 0) == 0) {
-      color = value("--color");
-      if (color != "auto" && color != "always" && color != "never")
-        throw UserError(fmt::format("--color={}: expected auto, always or never", color));
-    } else if (!a.empty() && a[0] == '-') {
-      throw UserError(fmt::format("unknown option `{}` for `mkc check`; run `mkc --help`", a));
     } else {
-      files.push_back(a);
+      f.unknown("check");
     }
   }
-  if (files.empty()) throw UserError("`mkc check` needs at least one .mks file");
-  const bool use_color = color == "always" ||
-                         (color == "auto" && term.err_is_tty && std::getenv("NO_COLOR") == nullptr);
+  if (f.files.empty()) throw UserError("`mkc check` needs at least one .mks file");
+  const bool use_color = f.use_color(term);
+  const compiler::CheckOptions& opts = f.check;
 
   int rc = kExitOk;
   nlohmann::json all_diags = nlohmann::json::array();
   nlohmann::json asts = nlohmann::json::array();
-  for (const std::string& path : files) {
+  for (const std::string& path : f.files) {
     const auto start = std::chrono::steady_clock::now();
     dsl::Diagnostics diags;
     std::shared_ptr<const dsl::SourceFile> file;
@@ -210,49 +259,61 @@ void write_file(const std::string& path, const std::string& data) {
   if (!f) throw EnvironmentError(fmt::format("cannot write `{}`", path));
 }
 
+// A schedule taken through check, plan, code generation and (optionally) the JIT.
+struct Compiled {
+  std::shared_ptr<const dsl::SourceFile> file;
+  dsl::Module module;
+  std::vector<compiler::CheckedSchedule> checked;
+  std::vector<plan::Plan> plans;
+  std::vector<codegen::Generated> kernels;
+};
+
+// Parses and checks `path` (diagnostics to `err`); false on errors in the schedule.
+bool front_end(const std::string& path, const Flags& f, std::ostream& err, const Terminal& term,
+               Compiled* c) {
+  c->file = dsl::SourceFile::read(path);
+  dsl::Diagnostics diags;
+  c->module = dsl::parse(c->file, diags);
+  if (!diags.has_errors()) c->checked = compiler::check(c->module, f.check, diags);
+  err << dsl::render_text(diags.all(), f.use_color(term));
+  if (diags.has_errors()) return false;
+  for (const compiler::CheckedSchedule& s : c->checked) {
+    plan::PassOptions po;
+    po.sms = f.check.sms;
+    c->plans.push_back(plan::build_plan(s, po));
+    codegen::CodegenOptions co;
+    co.file = c->file;
+    co.defines = f.defines_text;
+    c->kernels.push_back(codegen::generate(c->plans.back(), co));
+  }
+  return true;
+}
+
+std::string roles_text(const plan::Plan& p) {
+  std::string roles;
+  for (const plan::Role& r : p.roles)
+    roles += fmt::format("{}{}={}", roles.empty() ? "" : " ", r.name, r.count);
+  return roles;
+}
+
 int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                 Terminal term) {
-  compiler::CheckOptions opts;
-  opts.ranks = {2};
-  std::string file, out_dir = ".", arch = "sm_90a", color = "auto";
+  Flags f(args);
+  f.check.ranks = {2};
+  std::string out_dir = ".", arch = "sm_90a";
   std::set<std::string> emit = {"cubin"};
   bool use_cache = true;
-  std::string defines_text;
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    const auto value = [&](const std::string& flag) -> std::string {
-      if (a.size() > flag.size() && a.compare(0, flag.size() + 1, flag + "=") == 0)
-        return a.substr(flag.size() + 1);
-      if (i + 1 >= args.size()) throw UserError(fmt::format("{} needs a value", flag));
-      return args[++i];
-    };
-    if (a == "-D" || (a.rfind("-D", 0) == 0 && a.size() > 2)) {
-      std::string d;
-      if (a == "-D") {
-        if (i + 1 >= args.size()) throw UserError("-D needs NAME=VALUE");
-        d = args[++i];
-      } else {
-        d = a.substr(2);
-      }
-      parse_define(d, &opts);
-      defines_text += (defines_text.empty() ? "" : " ") + d;
-    } else if (a == "--ranks" || a.rfind("--ranks=", 0) == 0) {
-      opts.ranks = {parse_count("--ranks", value("--ranks"))};
-    } else if (a == "--ranks-per-node" || a.rfind("--ranks-per-node=", 0) == 0) {
-      opts.ranks_per_node = parse_count("--ranks-per-node", value("--ranks-per-node"));
-    } else if (a == "--sms" || a.rfind("--sms=", 0) == 0) {
-      opts.sms = parse_count("--sms", value("--sms"));
-    } else if (a == "--arch" || a.rfind("--arch=", 0) == 0) {
-      arch = value("--arch");
-      if (arch.rfind("sm_", 0) != 0) {
+  while (f.next()) {
+    if (f.is("--arch")) {
+      arch = f.value("--arch");
+      if (arch.rfind("sm_", 0) != 0)
         throw UserError(
             fmt::format("--arch {}: expected a real architecture such as sm_90a or sm_80", arch));
-      }
-    } else if (a == "-o") {
-      out_dir = value("-o");
-    } else if (a == "--emit" || a.rfind("--emit=", 0) == 0) {
+    } else if (f.arg() == "-o") {
+      out_dir = f.value("-o");
+    } else if (f.is("--emit")) {
       emit.clear();
-      std::stringstream ss(value("--emit"));
+      std::stringstream ss(f.value("--emit"));
       for (std::string item; std::getline(ss, item, ',');) {
         if (item != "cu" && item != "ptx" && item != "cubin" && item != "plan") {
           throw UserError(
@@ -260,53 +321,34 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
         }
         emit.insert(item);
       }
-    } else if (a == "--no-cache") {
+    } else if (f.arg() == "--no-cache") {
       use_cache = false;
-    } else if (a == "--color" || a.rfind("--color=", 0) == 0) {
-      color = value("--color");
-    } else if (!a.empty() && a[0] == '-') {
-      throw UserError(fmt::format("unknown option `{}` for `mkc compile`; run `mkc --help`", a));
-    } else if (file.empty()) {
-      file = a;
     } else {
-      throw UserError("`mkc compile` takes one .mks file");
+      f.unknown("compile");
     }
   }
-  if (file.empty()) throw UserError("`mkc compile` needs a .mks file");
-  const bool use_color = color == "always" ||
-                         (color == "auto" && term.err_is_tty && std::getenv("NO_COLOR") == nullptr);
-  const auto file_src = dsl::SourceFile::read(file);
-  dsl::Diagnostics diags;
-  const dsl::Module module = dsl::parse(file_src, diags);
-  std::vector<compiler::CheckedSchedule> checked;
-  if (!diags.has_errors()) checked = compiler::check(module, opts, diags);
-  err << dsl::render_text(diags.all(), use_color);
-  if (diags.has_errors()) return kExitUserError;
+  if (f.files.size() != 1) throw UserError("`mkc compile` takes one .mks file");
+  const std::string& file = f.files[0];
+  Compiled c;
+  if (!front_end(file, f, err, term, &c)) return kExitUserError;
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw EnvironmentError(fmt::format("cannot create `{}`: {}", out_dir, ec.message()));
   const std::string stem = std::filesystem::path(file).stem().string();
-  for (const compiler::CheckedSchedule& s : checked) {
-    const std::string name = checked.size() == 1 ? stem : stem + "." + s.name;
-    plan::PassOptions po;
-    po.sms = opts.sms;
-    const plan::Plan p = plan::build_plan(s, po);
-    codegen::CodegenOptions co;
-    co.file = file_src;
-    co.defines = defines_text;
-    const codegen::Generated g = codegen::generate(p, co);
+  for (size_t k = 0; k < c.checked.size(); ++k) {
+    const compiler::CheckedSchedule& s = c.checked[k];
+    const plan::Plan& p = c.plans[k];
+    const codegen::Generated& g = c.kernels[k];
+    const std::string name = c.checked.size() == 1 ? stem : stem + "." + s.name;
     if (emit.count("plan"))
       write_file(out_dir + "/" + name + ".plan.json", dsl::dump_json(plan::to_json(p)) + "\n");
     if (emit.count("cu")) write_file(out_dir + "/" + name + ".cu", g.source);
-    std::string roles;
-    for (const plan::Role& r : p.roles)
-      roles += fmt::format("{}{}={}", roles.empty() ? "" : " ", r.name, r.count);
     if (emit.count("cubin") == 0 && emit.count("ptx") == 0) {
       fmt::print(out,
                  "{}: kernel {} for {} rank{}: roles {}, {} tasks, {} bytes of source (not "
                  "compiled: --emit has no cubin or ptx)\n",
-                 file, g.kernel_name, s.ranks, s.ranks == 1 ? "" : "s", roles, p.tasks.size(),
-                 g.source.size());
+                 file, g.kernel_name, s.ranks, s.ranks == 1 ? "" : "s", roles_text(p),
+                 p.tasks.size(), g.source.size());
       continue;
     }
     jit::JitOptions jo;
@@ -325,13 +367,87 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
     if (emit.count("ptx")) write_file(out_dir + "/" + name + ".ptx", j.ptx);
     fmt::print(out,
                "{}: kernel {} for {} rank{}, {}: {} registers, {} B spills, {} B smem, roles {}, "
-               "{} tasks, "
-               "{:.2f} s ({})\n",
+               "{} tasks, {:.2f} s ({})\n",
                file, g.kernel_name, s.ranks, s.ranks == 1 ? "" : "s", arch, j.registers,
-               j.spill_bytes, j.smem_bytes, roles, p.tasks.size(), j.seconds,
+               j.spill_bytes, j.smem_bytes, roles_text(p), p.tasks.size(), j.seconds,
                j.cache_hit ? "cache hit" : "cache miss");
   }
   return kExitOk;
+}
+
+// Runs a schedule on this machine's GPUs, one rank per GPU, in this process.
+int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+            Terminal term) {
+  Flags f(args);
+  int64_t iters = 0;
+  bool check = false;
+  uint64_t timeout_ms = 5000;
+  while (f.next()) {
+    if (f.is("--iters")) {
+      iters = parse_count("--iters", f.value("--iters"));
+    } else if (f.arg() == "--check") {
+      check = true;
+    } else if (f.is("--timeout-ms")) {
+      timeout_ms = static_cast<uint64_t>(parse_count("--timeout-ms", f.value("--timeout-ms")));
+    } else {
+      f.unknown("run");
+    }
+  }
+  if (f.files.size() != 1) throw UserError("`mkc run` takes one .mks file");
+  // The driver first: without a GPU this fails at once, before any compiling.
+  const int gpus = rt::device_count();
+  if (gpus == 0) throw EnvironmentError("no GPU: the CUDA driver sees no device");
+  const rt::DeviceInfo dev = rt::device_info(0);
+  if (f.check.ranks.empty()) f.check.ranks = {gpus};
+  if (f.check.ranks[0] > gpus) {
+    throw UserError(
+        fmt::format("--ranks {}: this machine has {} GPU(s); one process runs one rank per GPU",
+                    f.check.ranks[0], gpus));
+  }
+  f.check.sms = std::min<int64_t>(f.check.sms, dev.sm_count);
+  Compiled c;
+  if (!front_end(f.files[0], f, err, term, &c)) return kExitUserError;
+  int rc = kExitOk;
+  for (size_t k = 0; k < c.checked.size(); ++k) {
+    const plan::Plan& p = c.plans[k];
+    const codegen::Generated& g = c.kernels[k];
+    jit::JitOptions jo;
+    jo.arch = dev.arch();
+    const jit::JitOutput j = jit::jit_compile(g.source, p.schedule + ".cu", g.kernel_name, jo);
+    rt::LocalJobOptions lo;
+    lo.file = c.file;
+    lo.timeout_ns = timeout_ms * 1'000'000ull;
+    rt::LocalJob job(p, j.cubin, g.kernel_name, g.ctas, g.threads, lo);
+    fmt::print(
+        out,
+        "{}: kernel {} on {} x {} ({} registers, {} tasks, roles {}, compiled in {:.2f} s, {})\n",
+        f.files[0], g.kernel_name, job.ranks(), dev.name, j.registers, p.tasks.size(),
+        roles_text(p), j.seconds, j.cache_hit ? "cache hit" : "cache miss");
+    if (check) {
+      int failed = 0;
+      for (const rt::TensorCheck& t : rt::checked_launch(job, p, {}, 1)) {
+        if (!t.ok()) ++failed;
+        fmt::print(out, "  rank {} {:<12} rel. L2 error {:.2e} (tolerance {:.0e}){}{}\n", t.rank,
+                   t.tensor, t.rel_error, t.tolerance,
+                   t.unwritten ? fmt::format(", {} elements unwritten", t.unwritten) : "",
+                   t.ok() ? "" : "  FAILED");
+      }
+      fmt::print(out, "check: {}\n",
+                 failed == 0 ? "passed" : fmt::format("{} tensor(s) FAILED", failed));
+      if (failed) rc = kExitUserError;
+    } else {
+      rt::upload_random_inputs(job, p, 1);
+      job.launch();
+    }
+    if (iters > 0) {
+      job.launch();  // warm-up
+      const double us = job.time_launches(static_cast<int>(iters));
+      fmt::print(out,
+                 "time: {:.2f} us per launch ({} launches, {} ranks, kernel launch included)\n", us,
+                 iters, job.ranks());
+    }
+  }
+  return rc;
 }
 
 int dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
@@ -349,6 +465,7 @@ int dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (cmd == "devices") return cmd_devices(out);
   if (cmd == "check") return cmd_check(args, out, err, term);
   if (cmd == "compile") return cmd_compile(args, out, err, term);
+  if (cmd == "run") return cmd_run(args, out, err, term);
   fmt::print(err, "mkc: error: unknown command or option `{}`; run `mkc --help` for the list\n",
              cmd);
   return kExitUserError;

@@ -1,0 +1,96 @@
+#include "runtime/verify.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "compiler/reference.h"
+#include "support/error.h"
+
+namespace mkc::rt {
+namespace {
+
+double quantize(double v, compiler::DType t) {
+  switch (t) {
+    case compiler::DType::kBf16: return from_bf16(to_bf16(static_cast<float>(v)));
+    case compiler::DType::kF16: return static_cast<double>(static_cast<_Float16>(v));
+    case compiler::DType::kF32: return static_cast<float>(v);
+    default: return v;
+  }
+}
+
+// Every user tensor of every rank: inputs drawn and uploaded, the rest poisoned. Returns the
+// host copy (inputs set, the rest NaN) that the reference evaluates.
+std::vector<std::vector<std::vector<double>>> prepare(LocalJob& job, const plan::Plan& plan, uint64_t seed, int launch) {
+  const compiler::CheckedSchedule& s = *plan.source;
+  const plan::InputFn inputs = plan::random_inputs(plan, seed);
+  std::vector<std::vector<std::vector<double>>> host(job.ranks());
+  for (int r = 0; r < job.ranks(); ++r) {
+    plan::RankData data(plan.buffers.size());
+    for (size_t b = 0; b < plan.buffers.size(); ++b) data[b].assign(plan.buffers[b].elements(), std::nan(""));
+    inputs(r, launch, data);
+    data.resize(s.tensors.size());
+    for (size_t t = 0; t < s.tensors.size(); ++t) {
+      if (s.tensors[t].kind == dsl::TensorKind::kInput) {
+        for (double& v : data[t]) v = quantize(v, s.tensors[t].dtype);
+        job.upload(r, static_cast<int>(t), data[t]);
+      } else {
+        job.poison(r, static_cast<int>(t));
+      }
+    }
+    host[r] = std::move(data);
+  }
+  return host;
+}
+
+}  // namespace
+
+double tolerance_for(compiler::DType t) {
+  switch (t) {
+    case compiler::DType::kBf16:
+    case compiler::DType::kF16: return 1e-2;
+    case compiler::DType::kF32: return 1e-4;
+    default: return 0;
+  }
+}
+
+void upload_random_inputs(LocalJob& job, const plan::Plan& plan, uint64_t seed) { prepare(job, plan, seed, 1); }
+
+std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan, const plan::HostFns& fns, uint64_t seed) {
+  const compiler::CheckedSchedule& s = *plan.source;
+  for (const compiler::DeviceFunction& f : s.device_fns) {
+    if (!fns.count(f.name)) {
+      throw UserError(fmt::format("cannot check `{}`: the reference has no host implementation of device function `{}` yet", s.name, f.name));
+    }
+  }
+  const int launch = static_cast<int>(job.launches()) + 1;
+  std::vector<std::vector<std::vector<double>>> ref = prepare(job, plan, seed, launch);
+  job.launch();
+  plan::reference(s, fns, ref);
+  std::vector<TensorCheck> out;
+  for (int r = 0; r < job.ranks(); ++r) {
+    for (size_t t = 0; t < s.tensors.size(); ++t) {
+      const std::vector<double> got = job.download(r, static_cast<int>(t));
+      TensorCheck c;
+      c.rank = r;
+      c.tensor = s.tensors[t].name;
+      c.tolerance = tolerance_for(s.tensors[t].dtype);
+      double num = 0, den = 0;
+      for (size_t e = 0; e < got.size(); ++e) {
+        const double want = ref[r][t][e];
+        if (std::isnan(want)) continue;
+        if (std::isnan(got[e])) {
+          ++c.unwritten;
+          continue;
+        }
+        num += (got[e] - want) * (got[e] - want);
+        den += want * want;
+      }
+      c.rel_error = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace mkc::rt

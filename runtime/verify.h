@@ -1,0 +1,35 @@
+// One checked launch: fresh random inputs (quantised to their element types) on every rank,
+// outputs and scratch poisoned, one launch of the job, then every user tensor of every rank
+// compared with the direct reference (compiler/reference.h). Used by `mkc run --check` and the GPU
+// tests.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/interpret.h"
+#include "compiler/plan.h"
+#include "runtime/local_job.h"
+
+namespace mkc::rt {
+
+struct TensorCheck {
+  int rank = 0;
+  std::string tensor;
+  double rel_error = 0;     // relative L2 error against the reference
+  int64_t unwritten = 0;    // elements the reference wrote and the kernel did not
+  double tolerance = 0;
+  bool ok() const { return unwritten == 0 && rel_error <= tolerance; }
+};
+
+// Relative L2 tolerance by element type: 1e-2 for 16-bit floats, 1e-4 for f32, exact otherwise.
+double tolerance_for(compiler::DType t);
+
+// Launches once with inputs drawn from `seed` and returns one check per rank and user tensor.
+// Throws UserError when the schedule has device functions that `fns` does not implement.
+std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan, const plan::HostFns& fns, uint64_t seed);
+
+// Uploads random inputs (no check): for timing runs.
+void upload_random_inputs(LocalJob& job, const plan::Plan& plan, uint64_t seed);
+
+}  // namespace mkc::rt
