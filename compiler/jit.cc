@@ -3,12 +3,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <regex>
 #include <sstream>
 
 #include "compiler/codegen.h"
@@ -53,24 +53,33 @@ bool parse_entry(const std::string& data, const std::string& key, JitOutput* out
   return true;
 }
 
+// The integer just before `what` in `text` ("32 bytes spill stores" -> 32), or -1.
+int number_before(const std::string& text, const std::string& what) {
+  const size_t at = text.find(what);
+  if (at == std::string::npos || at == 0) return -1;
+  size_t end = at;
+  while (end > 0 && text[end - 1] == ' ') --end;
+  size_t begin = end;
+  while (begin > 0 && std::isdigit(static_cast<unsigned char>(text[begin - 1]))) --begin;
+  return begin < end ? std::stoi(text.substr(begin, end - begin)) : -1;
+}
+
 void report_resources(const std::string& log, const std::string& kernel, JitOutput* out) {
-  // ptxas: "Compiling entry function 'k' ..." / "Function properties for k\n  N bytes stack frame,
-  // N bytes spill stores, N bytes spill loads" / "Used N registers".
+  // ptxas -v: "Function properties for k" / "  N bytes stack frame, N bytes spill stores, N bytes
+  // spill loads" / "ptxas info : Used N registers, used N barriers, N bytes smem, ...".
   const size_t at = log.find("Function properties for " + kernel);
   if (at == std::string::npos) return;
-  std::smatch m;
-  const std::string rest = log.substr(at);
-  if (std::regex_search(
-          rest, m,
-          std::regex(
-              R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)"))) {
-    out->stack_bytes = std::stoi(m[1]);
-    out->spill_bytes = std::stoi(m[2]) + std::stoi(m[3]);
-  }
-  if (std::regex_search(rest, m, std::regex(R"(Used (\d+) registers)")))
-    out->registers = std::stoi(m[1]);
-  if (std::regex_search(rest, m, std::regex(R"((\d+) bytes smem)")))
-    out->smem_bytes = std::stoi(m[1]);
+  // The kernel's block ends where the next function's properties begin.
+  const size_t next = log.find("Function properties for ", at + 1);
+  const std::string block =
+      log.substr(at, next == std::string::npos ? std::string::npos : next - at);
+  out->stack_bytes = number_before(block, "bytes stack frame");
+  const int stores = number_before(block, "bytes spill stores");
+  const int loads = number_before(block, "bytes spill loads");
+  if (stores >= 0 && loads >= 0) out->spill_bytes = stores + loads;
+  const size_t used = block.find("Used ");
+  if (used != std::string::npos) out->registers = std::atoi(block.c_str() + used + 5);
+  out->smem_bytes = number_before(block, "bytes smem");
 }
 
 }  // namespace

@@ -12,22 +12,28 @@ namespace {
 
 double quantize(double v, compiler::DType t) {
   switch (t) {
-    case compiler::DType::kBf16: return from_bf16(to_bf16(static_cast<float>(v)));
-    case compiler::DType::kF16: return static_cast<double>(static_cast<_Float16>(v));
-    case compiler::DType::kF32: return static_cast<float>(v);
-    default: return v;
+    case compiler::DType::kBf16:
+      return from_bf16(to_bf16(static_cast<float>(v)));
+    case compiler::DType::kF16:
+      return static_cast<double>(static_cast<_Float16>(v));
+    case compiler::DType::kF32:
+      return static_cast<float>(v);
+    default:
+      return v;
   }
 }
 
 // Every user tensor of every rank: inputs drawn and uploaded, the rest poisoned. Returns the
 // host copy (inputs set, the rest NaN) that the reference evaluates.
-std::vector<std::vector<std::vector<double>>> prepare(LocalJob& job, const plan::Plan& plan, uint64_t seed, int launch) {
+std::vector<std::vector<std::vector<double>>> prepare(LocalJob& job, const plan::Plan& plan,
+                                                      uint64_t seed, int launch) {
   const compiler::CheckedSchedule& s = *plan.source;
   const plan::InputFn inputs = plan::random_inputs(plan, seed);
   std::vector<std::vector<std::vector<double>>> host(job.ranks());
   for (int r = 0; r < job.ranks(); ++r) {
     plan::RankData data(plan.buffers.size());
-    for (size_t b = 0; b < plan.buffers.size(); ++b) data[b].assign(plan.buffers[b].elements(), std::nan(""));
+    for (size_t b = 0; b < plan.buffers.size(); ++b)
+      data[b].assign(plan.buffers[b].elements(), std::nan(""));
     inputs(r, launch, data);
     data.resize(s.tensors.size());
     for (size_t t = 0; t < s.tensors.size(); ++t) {
@@ -48,19 +54,27 @@ std::vector<std::vector<std::vector<double>>> prepare(LocalJob& job, const plan:
 double tolerance_for(compiler::DType t) {
   switch (t) {
     case compiler::DType::kBf16:
-    case compiler::DType::kF16: return 1e-2;
-    case compiler::DType::kF32: return 1e-4;
-    default: return 0;
+    case compiler::DType::kF16:
+      return 1e-2;
+    case compiler::DType::kF32:
+      return 1e-4;
+    default:
+      return 0;
   }
 }
 
-void upload_random_inputs(LocalJob& job, const plan::Plan& plan, uint64_t seed) { prepare(job, plan, seed, 1); }
+void upload_random_inputs(LocalJob& job, const plan::Plan& plan, uint64_t seed) {
+  prepare(job, plan, seed, 1);
+}
 
-std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan, const plan::HostFns& fns, uint64_t seed) {
+std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan,
+                                        const plan::HostFns& fns, uint64_t seed) {
   const compiler::CheckedSchedule& s = *plan.source;
   for (const compiler::DeviceFunction& f : s.device_fns) {
     if (!fns.count(f.name)) {
-      throw UserError(fmt::format("cannot check `{}`: the reference has no host implementation of device function `{}` yet", s.name, f.name));
+      throw UserError(fmt::format(
+          "cannot check `{}`: the reference has no host implementation of device function `{}` yet",
+          s.name, f.name));
     }
   }
   const int launch = static_cast<int>(job.launches()) + 1;

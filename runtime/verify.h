@@ -16,8 +16,8 @@ namespace mkc::rt {
 struct TensorCheck {
   int rank = 0;
   std::string tensor;
-  double rel_error = 0;     // relative L2 error against the reference
-  int64_t unwritten = 0;    // elements the reference wrote and the kernel did not
+  double rel_error = 0;   // relative L2 error against the reference
+  int64_t unwritten = 0;  // elements the reference wrote and the kernel did not
   double tolerance = 0;
   bool ok() const { return unwritten == 0 && rel_error <= tolerance; }
 };
@@ -27,7 +27,8 @@ double tolerance_for(compiler::DType t);
 
 // Launches once with inputs drawn from `seed` and returns one check per rank and user tensor.
 // Throws UserError when the schedule has device functions that `fns` does not implement.
-std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan, const plan::HostFns& fns, uint64_t seed);
+std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan,
+                                        const plan::HostFns& fns, uint64_t seed);
 
 // Uploads random inputs (no check): for timing runs.
 void upload_random_inputs(LocalJob& job, const plan::Plan& plan, uint64_t seed);
