@@ -307,7 +307,7 @@ class Generator {
     line("  for (int i = first; i < last; ++i) {");
     line("    const int t = kCtaList[i];");
     line("    const int* rec = kTasks + t * 9;");
-    line("    if (mkc::failed(a) || !mkc::wait_all(a, kWaits + rec[5], rec[6], t)) return;");
+    line("    if (!mkc::wait_all(a, kWaits + rec[5], rec[6], t)) return;");
     line("    if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t] = mkc::globaltimer();");
     line("    run_task(rec[0], a, kViews + rec[1], kArgs + rec[3], rec[4]);");
     line("    mkc::signal_all(a, kSignals + rec[7], rec[8]);");

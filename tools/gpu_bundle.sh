@@ -7,13 +7,16 @@ dest="${1:-.device/bin}"
 tests=$(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
 bazel build //:mkc $tests
 rm -rf "$dest" && mkdir -p "$dest"
-cp bazel-bin/mkc "$dest/"
-# Tests open samples/*.mks relative to where they run.
-cp -r samples "$dest/samples"
 for t in $tests; do
   pkg=${t#//}; pkg=${pkg%%:*}; name=${t##*:}
   cp "bazel-bin/$pkg/$name" "$dest/"
 done
+# mkc itself optimised: `mkc run --check` computes its reference on the CPU.
+bazel build -c opt //:mkc
+cp bazel-bin/mkc "$dest/"
+bazel build //:mkc
+# Tests open samples/*.mks relative to where they run.
+cp -r samples "$dest/samples"
 cat > "$dest/run_gpu_tests.sh" <<'RUN'
 #!/usr/bin/env bash
 # Runs every GPU test binary in this folder; prints doctest's summary for each.

@@ -10,7 +10,8 @@ bazel-bin/mkc --version
 bazel-bin/mkc check samples/*.mks
 bazel-bin/mkc compile samples/gemm_allreduce.mks -D M=1024 -o out/main --emit cu,cubin,plan
 if bazel-bin/mkc devices 2>/tmp/mkc_devices.err; then
-  bazel-bin/mkc run samples/gemm_allreduce.mks -D M=1024 --check --iters 20
+  # Small shapes: --check computes the reference on the CPU in double precision.
+  bazel-bin/mkc run samples/gemm_allreduce.mks -D M=256 -D N=1024 -D K=512 --check --iters 20
 else
   echo "(no GPU here, so nothing runs: $(head -c 100 /tmp/mkc_devices.err)...)"
 fi

@@ -136,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) mkc_allreduce(mkc::KernelAr
   for (int i = first; i < last; ++i) {
     const int t = kCtaList[i];
     const int* rec = kTasks + t * 9;
-    if (mkc::failed(a) || !mkc::wait_all(a, kWaits + rec[5], rec[6], t)) return;
+    if (!mkc::wait_all(a, kWaits + rec[5], rec[6], t)) return;
     if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t] = mkc::globaltimer();
     run_task(rec[0], a, kViews + rec[1], kArgs + rec[3], rec[4]);
     mkc::signal_all(a, kSignals + rec[7], rec[8]);

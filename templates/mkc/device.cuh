@@ -67,11 +67,14 @@ __device__ __forceinline__ T* view_ptr(const KernelArgs& a, const View& v, int n
   return static_cast<T*>(a.buffers[v.rank * nbuffers + v.buffer]) + v.offset;
 }
 
-// Thread 0 waits for every wait of a task; returns false (after recording it) on a timeout.
+// Thread 0 waits for every wait of a task; returns false (after recording it) on a timeout, or
+// when another CTA already gave up. Only thread 0 reads the host-mapped error flag: a read of host
+// memory crosses PCIe, and the barrier below shares the answer with the CTA.
 __device__ inline bool wait_all(const KernelArgs& a, const Wait* waits, int n, int task) {
   __shared__ int ok;
   if (threadIdx.x == 0) {
-    ok = 1;
+    ok = cuda::atomic_ref<unsigned int, cuda::thread_scope_system>(a.error->flag)
+             .load(cuda::memory_order_relaxed) == 0u;
     for (int i = 0; i < n && ok; ++i) {
       const Wait w = waits[i];
       const u64 target = (a.epoch - w.lag) * static_cast<u64>(w.count);
@@ -116,12 +119,6 @@ __device__ inline void signal_all(const KernelArgs& a, const Signal* sigs, int n
       }
     }
   }
-}
-
-// Another CTA gave up: stop early instead of timing out one by one.
-__device__ __forceinline__ bool failed(const KernelArgs& a) {
-  return cuda::atomic_ref<unsigned int, cuda::thread_scope_system>(a.error->flag)
-             .load(cuda::memory_order_relaxed) != 0;
 }
 
 }  // namespace mkc

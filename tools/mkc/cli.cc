@@ -431,9 +431,11 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                    t.tensor, t.rel_error, t.tolerance,
                    t.unwritten ? fmt::format(", {} elements unwritten", t.unwritten) : "",
                    t.ok() ? "" : "  FAILED");
+        out.flush();
       }
       fmt::print(out, "check: {}\n",
                  failed == 0 ? "passed" : fmt::format("{} tensor(s) FAILED", failed));
+      out.flush();
       if (failed) rc = kExitUserError;
     } else {
       rt::upload_random_inputs(job, p, 1);
@@ -445,6 +447,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       fmt::print(out,
                  "time: {:.2f} us per launch ({} launches, {} ranks, kernel launch included)\n", us,
                  iters, job.ranks());
+      out.flush();
     }
   }
   return rc;
