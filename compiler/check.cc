@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <set>
@@ -100,6 +101,7 @@ class Checker {
     {
       LoopEnv env;
       unroll(sched_.items, env, {});
+      mark_first_and_last();
       resolve_deps();
     }
     if (diags_.error_count() == errors_before) check_races();
@@ -1125,6 +1127,8 @@ class Checker {
                 "not in a loop");
           return false;
         }
+        // The softmax scale: given, or 1 / sqrt(head_dim).
+        inst->floats["scale"] = 1.0 / std::sqrt(static_cast<double>(q.shape.back()));
         if (const dsl::NamedArg* s = named(op, "scale")) {
           if (s->value.kind == Operand::Kind::kExpr && s->value.expr.kind == Expr::Kind::kFloat) {
             inst->floats["scale"] = s->value.expr.float_value;
@@ -1486,6 +1490,16 @@ class Checker {
       }
     }
     return true;
+  }
+
+  // Which instances open and close their declaration's sequence (an attention that accumulates
+  // over a loop initialises its state in the first and writes its output in the last).
+  void mark_first_and_last() {
+    std::set<const dsl::OpDecl*> seen;
+    for (OpInstance& op : out_.ops) op.first_of_decl = seen.insert(op.decl).second;
+    seen.clear();
+    for (auto it = out_.ops.rbegin(); it != out_.ops.rend(); ++it)
+      it->last_of_decl = seen.insert(it->decl).second;
   }
 
   // ---- dependencies -------------------------------------------------------------------------

@@ -345,33 +345,25 @@ class Lowerer {
     const TensorUse& q = op.inputs[0];
     const size_t n = q.shape.size();
     const int64_t L = product(std::vector<int64_t>(q.shape.begin(), q.shape.end() - 2));
-    const int64_t Sq = q.shape[n - 2], D = q.shape[n - 1], Dv = op.outputs[0].shape[n - 1];
+    const int64_t Sq = q.shape[n - 2], Dv = op.outputs[0].shape[n - 1];
     // The device tile holds the row statistics of at most 256 queries.
     const int64_t bq = std::min<int64_t>(op.tile.empty() ? 64 : op.tile[0], 256);
     const bool acc = op.ints.count("accumulate") && op.ints.at("accumulate");
-    const double scale =
-        op.floats.count("scale") ? op.floats.at("scale") : 1.0 / std::sqrt(static_cast<double>(D));
+    const double scale = op.floats.at("scale");  // the checker sets the default
     int64_t scale_bits = 0;
     std::memcpy(&scale_bits, &scale, sizeof(scale));
-    bool first = true, last = true;
+    // Instances of one declaration share the state: the first sets it up, the last writes O.
+    const bool first = !acc || op.first_of_decl, last = !acc || op.last_of_decl;
     int state = -1;
     if (acc) {
-      // Instances of one declaration share the state; first / last by program order.
-      auto key = op.decl;
-      auto it = attention_state_.find(key);
+      auto it = attention_state_.find(op.decl);
       if (it == attention_state_.end()) {
         const int a = add_buffer(op.name + ".acc", compiler::DType::kF32, {L, Sq, Dv}, false);
         add_buffer(op.name + ".max", compiler::DType::kF32, {L, Sq}, false);
         add_buffer(op.name + ".sum", compiler::DType::kF32, {L, Sq}, false);
-        it = attention_state_.emplace(key, a).first;
-      } else {
-        first = false;
+        it = attention_state_.emplace(op.decl, a).first;
       }
       state = it->second;
-      last = true;
-      for (size_t j = i + 1; j < s_.ops.size(); ++j) {
-        if (s_.ops[j].decl == op.decl) last = false;
-      }
     }
     const int64_t causal = op.ints.count("causal") ? op.ints.at("causal") : 0;
     for (int64_t r = 0; r < R(); ++r) {

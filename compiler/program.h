@@ -99,7 +99,9 @@ struct Dependency {
 struct OpInstance {
   OpKind kind = OpKind::kGemm;
   std::string name;
-  int iteration = -1;  // the loop variable's value, -1 outside loops
+  int iteration = -1;         // the loop variable's value, -1 outside loops
+  bool first_of_decl = true;  // no earlier instance of the same declaration (loop unrolling)
+  bool last_of_decl = true;   // no later instance of the same declaration
   std::vector<TensorUse> inputs;
   std::vector<TensorUse> outputs;
   std::string reduce_op;                   // sum / max / min for reductions and collectives

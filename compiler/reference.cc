@@ -194,14 +194,10 @@ class Evaluator {
   void attention(int i) {
     const OpInstance& op = s_.ops[i];
     const bool acc = op.ints.count("accumulate") && op.ints.at("accumulate");
-    bool last = true;
-    for (size_t j = i + 1; j < s_.ops.size(); ++j) {
-      if (s_.ops[j].decl == op.decl) last = false;
-    }
+    const bool last = op.last_of_decl;
     const size_t nd = op.inputs[0].shape.size();
     const int64_t D = op.inputs[0].shape[nd - 1];
-    const double scale =
-        op.floats.count("scale") ? op.floats.at("scale") : 1.0 / std::sqrt(static_cast<double>(D));
+    const double scale = op.floats.at("scale");  // the checker sets the default
     const bool causal = op.ints.count("causal") && op.ints.at("causal");
     for (int64_t r = 0; r < R_; ++r) {
       Ref q = ref(op.inputs[0], r), k = ref(op.inputs[1], r), v = ref(op.inputs[2], r),
