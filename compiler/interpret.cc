@@ -152,12 +152,6 @@ class Machine {
         std::fill(data_[r][b].begin(), data_[r][b].end(), kNaN);
     }
     o_.inputs(r, *epoch, data_[r]);
-    bool empty = true;
-    for (const auto& list : p_.cta_tasks[r]) empty &= list.empty();
-    if (empty) {
-      // Nothing to run on this rank (e.g. an in-place all-reduce on one rank).
-      snapshots_pending_.push_back({r, *epoch});
-    }
   }
 
   bool satisfied(const Task& t, int epoch) const {
@@ -193,7 +187,6 @@ class Machine {
   double fn(int64_t index, const std::vector<double>& args) const { return fns_[index](args); }
 
   void execute(const Task& t) {
-    RankData& me = data_[t.rank];
     const auto buf = [&](const View& v) -> std::vector<double>& { return data_[v.rank][v.buffer]; };
     switch (t.kind) {
       case TaskKind::kLaunchFence:
@@ -437,7 +430,6 @@ class Machine {
         return;
       }
     }
-    (void)me;
   }
 
   const Plan& p_;
@@ -446,7 +438,6 @@ class Machine {
   std::vector<RankData> data_;
   std::vector<int64_t> counters_;
   std::vector<HostFn> fns_;
-  std::vector<std::pair<int, int>> snapshots_pending_;
 };
 
 }  // namespace

@@ -406,13 +406,9 @@ class Lowerer {
   // same box of dst on another rank (or this one). The same task kind carries every put.
   Task send(int i, int64_t r, const View& src, const View& dst, const std::vector<int64_t>& lo,
             const std::vector<int64_t>& hi, const std::string& label) {
-    Task t = task(i, r, dst.rank == r ? TaskKind::kCopy : TaskKind::kSend, label);
+    // Local or remote, a box copy is a send (the copy kind moves whole leading rows only).
+    Task t = task(i, r, TaskKind::kSend, label);
     t.views = {src, dst};
-    if (t.kind == TaskKind::kCopy) {
-      // A local copy of a box: the copy kind's rows form needs whole trailing rows, so local boxes
-      // also use the send form (args start with the range).
-      t.kind = TaskKind::kSend;
-    }
     push_range(&t.args, lo, hi);
     t.reads = {box(src, lo, hi)};
     t.writes = {box(dst, lo, hi)};
