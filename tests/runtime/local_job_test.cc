@@ -16,6 +16,7 @@
 #include "compiler/interpret.h"
 #include "compiler/jit.h"
 #include "compiler/passes.h"
+#include "compiler/pipeline.h"
 #include "compiler/reference.h"
 #include "dsl/parser.h"
 #include "runtime/verify.h"
@@ -24,54 +25,48 @@
 namespace mkc::rt {
 namespace {
 
+// The whole pipeline for the local GPUs (their SM count, their architecture), then the JIT.
 struct Compiled {
+  std::unique_ptr<compiler::Compilation> c;
   std::shared_ptr<const dsl::SourceFile> file;
-  dsl::Module module;
-  std::vector<compiler::CheckedSchedule> checked;
-  plan::Plan plan;
-  codegen::Generated gen;
+  const plan::Plan& plan() const { return c->plans[0]; }
+  const codegen::Generated& gen() const { return c->kernels[0]; }
   jit::JitOutput jit;
 };
 
 std::unique_ptr<Compiled> compile(std::shared_ptr<const dsl::SourceFile> file, int64_t ranks,
                                   std::map<std::string, int64_t> defines) {
-  auto c = std::make_unique<Compiled>();
-  c->file = file;
-  dsl::Diagnostics diags;
-  c->module = dsl::parse(file, diags);
+  auto out = std::make_unique<Compiled>();
+  const DeviceInfo dev = device_info(0);
   compiler::CheckOptions opts;
   opts.ranks = {ranks};
   opts.defines = std::move(defines);
-  if (!diags.has_errors()) c->checked = compiler::check(c->module, opts, diags);
-  REQUIRE_MESSAGE(!diags.has_errors(), dsl::render_text(diags.all(), false));
-  const DeviceInfo dev = device_info(0);
-  plan::PassOptions po;
-  po.sms = dev.sm_count;
-  c->plan = plan::build_plan(c->checked[0], po);
-  codegen::CodegenOptions co;
-  co.file = file;
-  c->gen = codegen::generate(c->plan, co);
+  opts.sms = dev.sm_count;
+  out->file = file;
+  out->c = compiler::compile_file(file, opts);
+  REQUIRE_MESSAGE(out->c->ok(), dsl::render_text(out->c->diagnostics.all(), false));
   jit::JitOptions jo;
   jo.arch = dev.arch();
-  c->jit = jit::jit_compile(c->gen.source, c->plan.schedule + ".cu", c->gen.kernel_name, jo);
-  return c;
+  out->jit =
+      jit::jit_compile(out->gen().source, out->plan().schedule + ".cu", out->gen().kernel_name, jo);
+  return out;
 }
 
 // Runs `launches` checked launches with fresh inputs: every user tensor against the reference.
 void run_and_check(Compiled& c, int launches, const plan::HostFns& fns = {}) {
   LocalJobOptions lo;
   lo.file = c.file;
-  LocalJob job(c.plan, c.jit.cubin, c.gen.kernel_name, c.gen.ctas, c.gen.threads, lo);
+  LocalJob job(c.plan(), c.jit.cubin, c.gen().kernel_name, c.gen().ctas, c.gen().threads, lo);
   for (int launch = 1; launch <= launches; ++launch) {
-    for (const TensorCheck& t : checked_launch(job, c.plan, fns, 7)) {
-      const std::string where =
-          fmt::format("{} launch {} rank {} tensor {}", c.plan.schedule, launch, t.rank, t.tensor);
+    for (const TensorCheck& t : checked_launch(job, c.plan(), fns, 7)) {
+      const std::string where = fmt::format("{} launch {} rank {} tensor {}", c.plan().schedule,
+                                            launch, t.rank, t.tensor);
       CHECK_MESSAGE(t.unwritten == 0, where << ": " << t.unwritten << " elements never written");
       CHECK_MESSAGE(t.rel_error <= t.tolerance, where << ": relative L2 error " << t.rel_error);
     }
   }
   MESSAGE(fmt::format("{} on {} GPU(s): {} tasks, {} registers, {} launches checked",
-                      c.plan.schedule, job.ranks(), c.plan.tasks.size(), c.jit.registers,
+                      c.plan().schedule, job.ranks(), c.plan().tasks.size(), c.jit.registers,
                       launches));
 }
 
@@ -105,7 +100,7 @@ GPU_TEST_CASE("every sample on the local GPUs matches the reference over three l
 GPU_TEST_CASE("two-shot all-reduce (2 MB per rank) matches the reference") {
   auto c =
       compile(dsl::SourceFile::read("samples/allreduce.mks"), device_count(), {{"N", 16 * 65536}});
-  const bool two_shot = device_count() == 1 || c->plan.decisions[0].choice == "two_shot";
+  const bool two_shot = device_count() == 1 || c->plan().decisions[0].choice == "two_shot";
   REQUIRE(two_shot);
   run_and_check(*c, 2);
 }
@@ -120,7 +115,7 @@ GPU_TEST_CASE("1,000 back-to-back launches reuse the counters without a stale fl
 }
 )");
   auto c = compile(file, device_count(), {});
-  LocalJob job(c->plan, c->jit.cubin, c->gen.kernel_name, c->gen.ctas, c->gen.threads);
+  LocalJob job(c->plan(), c->jit.cubin, c->gen().kernel_name, c->gen().ctas, c->gen().threads);
   const int R = job.ranks();
   std::vector<double> total(4096, 0);
   for (int r = 0; r < R; ++r) {
@@ -150,7 +145,8 @@ MULTI_GPU_TEST_CASE(
     LocalJobOptions lo;
     lo.timeout_ns = 300'000'000;
     lo.file = c->file;
-    LocalJob job(c->plan, c->jit.cubin, c->gen.kernel_name, c->gen.ctas, c->gen.threads, lo);
+    LocalJob job(c->plan(), c->jit.cubin, c->gen().kernel_name, c->gen().ctas, c->gen().threads,
+                 lo);
     try {
       job.launch({0});  // rank 1 skips its launch
       FAIL("rank 0 finished without rank 1");

@@ -17,6 +17,7 @@
 #include "compiler/jit.h"
 #include "compiler/nvrtc.h"
 #include "compiler/passes.h"
+#include "compiler/pipeline.h"
 #include "dsl/ast_json.h"
 #include "dsl/diagnostics.h"
 #include "dsl/parser.h"
@@ -259,34 +260,13 @@ void write_file(const std::string& path, const std::string& data) {
   if (!f) throw EnvironmentError(fmt::format("cannot write `{}`", path));
 }
 
-// A schedule taken through check, plan, code generation and (optionally) the JIT.
-struct Compiled {
-  std::shared_ptr<const dsl::SourceFile> file;
-  dsl::Module module;
-  std::vector<compiler::CheckedSchedule> checked;
-  std::vector<plan::Plan> plans;
-  std::vector<codegen::Generated> kernels;
-};
-
-// Parses and checks `path` (diagnostics to `err`); false on errors in the schedule.
-bool front_end(const std::string& path, const Flags& f, std::ostream& err, const Terminal& term,
-               Compiled* c) {
-  c->file = dsl::SourceFile::read(path);
-  dsl::Diagnostics diags;
-  c->module = dsl::parse(c->file, diags);
-  if (!diags.has_errors()) c->checked = compiler::check(c->module, f.check, diags);
-  err << dsl::render_text(diags.all(), f.use_color(term));
-  if (diags.has_errors()) return false;
-  for (const compiler::CheckedSchedule& s : c->checked) {
-    plan::PassOptions po;
-    po.sms = f.check.sms;
-    c->plans.push_back(plan::build_plan(s, po));
-    codegen::CodegenOptions co;
-    co.file = c->file;
-    co.defines = f.defines_text;
-    c->kernels.push_back(codegen::generate(c->plans.back(), co));
-  }
-  return true;
+// Compiles `path` through the whole pipeline, printing its diagnostics; null on errors in it.
+std::unique_ptr<compiler::Compilation> front_end(const std::string& path, const Flags& f,
+                                                 std::ostream& err, const Terminal& term) {
+  auto c = compiler::compile_file(dsl::SourceFile::read(path), f.check, f.defines_text);
+  err << dsl::render_text(c->diagnostics.all(), f.use_color(term));
+  if (!c->ok()) return nullptr;
+  return c;
 }
 
 std::string roles_text(const plan::Plan& p) {
@@ -329,17 +309,17 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
   }
   if (f.files.size() != 1) throw UserError("`mkc compile` takes one .mks file");
   const std::string& file = f.files[0];
-  Compiled c;
-  if (!front_end(file, f, err, term, &c)) return kExitUserError;
+  const auto c = front_end(file, f, err, term);
+  if (c == nullptr) return kExitUserError;
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw EnvironmentError(fmt::format("cannot create `{}`: {}", out_dir, ec.message()));
   const std::string stem = std::filesystem::path(file).stem().string();
-  for (size_t k = 0; k < c.checked.size(); ++k) {
-    const compiler::CheckedSchedule& s = c.checked[k];
-    const plan::Plan& p = c.plans[k];
-    const codegen::Generated& g = c.kernels[k];
-    const std::string name = c.checked.size() == 1 ? stem : stem + "." + s.name;
+  for (size_t k = 0; k < c->checked.size(); ++k) {
+    const compiler::CheckedSchedule& s = c->checked[k];
+    const plan::Plan& p = c->plans[k];
+    const codegen::Generated& g = c->kernels[k];
+    const std::string name = c->checked.size() == 1 ? stem : stem + "." + s.name;
     if (emit.count("plan"))
       write_file(out_dir + "/" + name + ".plan.json", dsl::dump_json(plan::to_json(p)) + "\n");
     if (emit.count("cu")) write_file(out_dir + "/" + name + ".cu", g.source);
@@ -405,17 +385,17 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                     f.check.ranks[0], gpus));
   }
   f.check.sms = std::min<int64_t>(f.check.sms, dev.sm_count);
-  Compiled c;
-  if (!front_end(f.files[0], f, err, term, &c)) return kExitUserError;
+  const auto c = front_end(f.files[0], f, err, term);
+  if (c == nullptr) return kExitUserError;
   int rc = kExitOk;
-  for (size_t k = 0; k < c.checked.size(); ++k) {
-    const plan::Plan& p = c.plans[k];
-    const codegen::Generated& g = c.kernels[k];
+  for (size_t k = 0; k < c->checked.size(); ++k) {
+    const plan::Plan& p = c->plans[k];
+    const codegen::Generated& g = c->kernels[k];
     jit::JitOptions jo;
     jo.arch = dev.arch();
     const jit::JitOutput j = jit::jit_compile(g.source, p.schedule + ".cu", g.kernel_name, jo);
     rt::LocalJobOptions lo;
-    lo.file = c.file;
+    lo.file = c->file;
     lo.timeout_ns = timeout_ms * 1'000'000ull;
     rt::LocalJob job(p, j.cubin, g.kernel_name, g.ctas, g.threads, lo);
     fmt::print(

@@ -1,0 +1,31 @@
+#include "compiler/pipeline.h"
+
+#include "compiler/passes.h"
+#include "dsl/parser.h"
+
+namespace mkc::compiler {
+
+std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile> file, const CheckOptions& options,
+                                          const std::string& defines_text) {
+  auto c = std::make_unique<Compilation>();
+  c->file = file;
+  c->module = dsl::parse(file, c->diagnostics);
+  if (c->diagnostics.has_errors()) return c;
+  c->checked = check(c->module, options, c->diagnostics);
+  if (c->diagnostics.has_errors()) return c;
+  // Plans point at their checked schedule: `checked` is complete and never resized from here on.
+  for (const CheckedSchedule& s : c->checked) {
+    plan::PassOptions po;
+    po.sms = options.sms;
+    c->plans.push_back(plan::build_plan(s, po));
+  }
+  for (const plan::Plan& p : c->plans) {
+    codegen::CodegenOptions co;
+    co.file = file;
+    co.defines = defines_text;
+    c->kernels.push_back(codegen::generate(p, co));
+  }
+  return c;
+}
+
+}  // namespace mkc::compiler

@@ -1,0 +1,35 @@
+// The whole compiler in one call: a schedule file -> checked schedules -> plans -> generated kernel
+// sources. The CLI, the GPU runner's tests and (next) the host JIT API all go through it, so they
+// compile a schedule the same way. The result owns everything the plans point into; keep it alive
+// (and in place: it is returned behind a unique_ptr) while plans or kernels are in use.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/check.h"
+#include "compiler/codegen.h"
+#include "compiler/plan.h"
+#include "dsl/ast.h"
+#include "dsl/diagnostics.h"
+
+namespace mkc::compiler {
+
+struct Compilation {
+  std::shared_ptr<const dsl::SourceFile> file;
+  dsl::Module module;
+  dsl::Diagnostics diagnostics;
+  std::vector<CheckedSchedule> checked;    // one per schedule of the file
+  std::vector<plan::Plan> plans;           // plans[i] is checked[i] lowered and scheduled
+  std::vector<codegen::Generated> kernels; // kernels[i] generated from plans[i]
+  bool ok() const { return !diagnostics.has_errors(); }
+};
+
+// Parses and checks `file` for the options' world size(s); when it is free of errors, plans
+// (for options.sms CTAs) and generates every schedule's kernel. `defines_text` goes into the
+// generated banner. Errors in the schedule are in the result's diagnostics.
+std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile> file, const CheckOptions& options,
+                                          const std::string& defines_text = "");
+
+}  // namespace mkc::compiler
