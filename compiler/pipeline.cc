@@ -5,7 +5,8 @@
 
 namespace mkc::compiler {
 
-std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile> file, const CheckOptions& options,
+std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile> file,
+                                          const CheckOptions& options,
                                           const std::string& defines_text) {
   auto c = std::make_unique<Compilation>();
   c->file = file;

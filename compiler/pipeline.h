@@ -20,16 +20,17 @@ struct Compilation {
   std::shared_ptr<const dsl::SourceFile> file;
   dsl::Module module;
   dsl::Diagnostics diagnostics;
-  std::vector<CheckedSchedule> checked;    // one per schedule of the file
-  std::vector<plan::Plan> plans;           // plans[i] is checked[i] lowered and scheduled
-  std::vector<codegen::Generated> kernels; // kernels[i] generated from plans[i]
+  std::vector<CheckedSchedule> checked;     // one per schedule of the file
+  std::vector<plan::Plan> plans;            // plans[i] is checked[i] lowered and scheduled
+  std::vector<codegen::Generated> kernels;  // kernels[i] generated from plans[i]
   bool ok() const { return !diagnostics.has_errors(); }
 };
 
 // Parses and checks `file` for the options' world size(s); when it is free of errors, plans
 // (for options.sms CTAs) and generates every schedule's kernel. `defines_text` goes into the
 // generated banner. Errors in the schedule are in the result's diagnostics.
-std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile> file, const CheckOptions& options,
+std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile> file,
+                                          const CheckOptions& options,
                                           const std::string& defines_text = "");
 
 }  // namespace mkc::compiler

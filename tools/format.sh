@@ -4,7 +4,7 @@
 # tools/format.sh --check  change nothing; list unformatted files and exit 1 if any
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-mapfile -t files < <(git ls-files '*.h' '*.cc' '*.cuh' '*.cu' | grep -v -e '^third_party/' -e '^docs/example/')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.h' '*.cc' '*.cuh' '*.cu' | grep -v -e '^third_party/' -e '^docs/example/')
 ((${#files[@]})) || exit 0
 if [[ "${1:-}" == "--check" ]]; then
   clang-format --dry-run --Werror "${files[@]}" 2>&1 | grep -E '^[^ ].*: (error|warning)' | cut -d: -f1 | sort -u > /tmp/mkc_format.$$ || true
