@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "compiler/plan.h"
 #include "dsl/source.h"
@@ -19,6 +20,24 @@ struct CodegenOptions {
   // The schedule's file (for #line and the source hash) and the -D values it was compiled with.
   std::shared_ptr<const dsl::SourceFile> file;
   std::string defines;  // "M=128 N=256", for the banner
+  // GEMM tiles whose operands allow it (bf16/f16, rows 16-byte aligned) use the TMA + wgmma
+  // template (templates/mkc/gemm_sm90.cuh; on targets without wgmma it falls back to the portable
+  // tile). false: every GEMM uses the portable tile.
+  bool tensor_core_gemm = true;
+};
+
+// A TMA descriptor the kernel needs: a 2-D row-major view (rows x cols elements, row stride
+// cols) of a buffer of some rank, starting `offset` elements in, loaded in boxes of
+// box_rows x box_cols with 128-byte swizzle. The runtime encodes one CUtensorMap per entry, in
+// this order, and passes the array as KernelArgs::tensor_maps.
+struct TensorMapSpec {
+  int rank = 0;
+  int buffer = 0;
+  int64_t offset = 0;
+  compiler::DType dtype = compiler::DType::kBf16;
+  int64_t rows = 0, cols = 0;
+  int box_rows = 0, box_cols = 0;
+  bool operator<(const TensorMapSpec& o) const;
 };
 
 struct Generated {
@@ -27,6 +46,8 @@ struct Generated {
   uint64_t source_hash = 0;  // of the .mks text, defines and world size
   int threads = 256;         // block size the kernel is built for
   int ctas = 0;              // grid size
+  int dynamic_smem = 0;      // bytes of dynamic shared memory per CTA
+  std::vector<TensorMapSpec> tensor_maps;
 };
 
 Generated generate(const plan::Plan& plan, const CodegenOptions& options);

@@ -23,7 +23,14 @@ constexpr const char* kMagic = "MKCC1";
 
 std::vector<std::string> nvrtc_options() {
   // -lineinfo keeps line tables for profilers; ptxas -v reports registers and spills.
-  return {"-lineinfo", "--ptxas-options=-v"};
+  std::vector<std::string> opts = {"-lineinfo", "--ptxas-options=-v"};
+  // $MKC_NVRTC_OPTIONS: more options, space-separated (template experiments: -DNAME=VALUE).
+  // They are part of the cache key like every other option.
+  if (const char* extra = std::getenv("MKC_NVRTC_OPTIONS")) {
+    std::istringstream in(extra);
+    for (std::string o; in >> o;) opts.push_back(o);
+  }
+  return opts;
 }
 
 std::string read_all(const std::string& path, bool* ok) {

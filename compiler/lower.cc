@@ -237,9 +237,15 @@ class Lowerer {
     for (int64_t r = 0; r < R(); ++r) {
       const int64_t start =
           op.has_rows_from ? ((compiler::evaluate(op.rows_from, r, s_) % mb) + mb) % mb : 0;
-      for (int64_t bi = 0; bi < mb; ++bi) {
-        const int64_t b = (start + bi) % mb;
-        for (int64_t bj = 0; bj < nb; ++bj) {
+      // Tiles in groups of kGroup row blocks, column by column within a group: the CTAs that run
+      // at the same time (consecutive tasks, dealt round-robin) then share A rows and B columns
+      // in L2. A rotated start (rows_from) keeps plain row order: chunks arrive in that order.
+      const int64_t group = op.has_rows_from ? 1 : 8;
+      for (int64_t idx = 0; idx < mb * nb; ++idx) {
+        const int64_t g0 = idx / (group * nb) * group, gsize = std::min(group, mb - g0);
+        const int64_t within = idx - g0 * nb;
+        const int64_t b = (start + g0 + within % gsize) % mb, bj = within / gsize;
+        {
           Task t =
               task(i, r, TaskKind::kGemmTile, fmt::format("{}.tile({}, {})", name_of(op), b, bj));
           const View a = view(op.inputs[0], r), bv = view(op.inputs[1], r),

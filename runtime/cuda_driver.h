@@ -55,7 +55,9 @@ namespace mkc::rt {
   X(cuEventCreate, 2000)                               \
   X(cuEventRecord, 2000)                               \
   X(cuEventElapsedTime, 2000)                          \
-  X(cuEventDestroy, 4000)
+  X(cuEventDestroy, 4000)                              \
+  X(cuFuncSetAttribute, 9000)                          \
+  X(cuTensorMapEncodeTiled, 12000)
 
 // The loaded driver: one function pointer per entry point, named as in cuda.h.
 class Driver {

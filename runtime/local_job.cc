@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "runtime/tensor_map.h"
 #include "support/error.h"
 
 namespace mkc::rt {
@@ -18,6 +19,7 @@ struct KernelArgs {
   unsigned long long timeout_ns;
   void* error;
   unsigned long long* trace;
+  const void* tensor_maps;
 };
 
 struct ErrorRecord {
@@ -71,13 +73,20 @@ struct LocalJob::Rank {
   CUdeviceptr events = 0;
   CUdeviceptr buffer_table = 0;
   CUdeviceptr event_table = 0;
+  CUdeviceptr tensor_maps = 0;
   ErrorRecord* error = nullptr;
   CUdeviceptr error_dev = 0;
 };
 
-LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin, const std::string& kernel,
-                   int ctas, int threads, LocalJobOptions options)
-    : plan_(plan), kernel_(kernel), ctas_(ctas), threads_(threads), opts_(std::move(options)) {
+LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin,
+                   const codegen::Generated& kernel, LocalJobOptions options)
+    : plan_(plan),
+      kernel_(kernel.kernel_name),
+      ctas_(kernel.ctas),
+      threads_(kernel.threads),
+      smem_(kernel.dynamic_smem),
+      opts_(std::move(options)) {
+  const int ctas = ctas_, threads = threads_;
   const Driver& d = Driver::get();
   const int n = static_cast<int>(plan.ranks);
   if (n > device_count()) {
@@ -91,10 +100,12 @@ LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin, const std::
     MKC_CU(d, cuDevicePrimaryCtxRetain, &rk->ctx, rk->dev);
     CtxScope scope(d, rk->ctx);
     MKC_CU(d, cuModuleLoadData, &rk->mod, cubin.data());
-    MKC_CU(d, cuModuleGetFunction, &rk->fn, rk->mod, kernel.c_str());
+    MKC_CU(d, cuModuleGetFunction, &rk->fn, rk->mod, kernel_.c_str());
+    if (smem_ > 0)
+      MKC_CU(d, cuFuncSetAttribute, rk->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_);
     // Every CTA must be resident at once: a persistent kernel's CTAs wait on each other.
     int per_sm = 0, sms = 0;
-    MKC_CU(d, cuOccupancyMaxActiveBlocksPerMultiprocessor, &per_sm, rk->fn, threads, 0);
+    MKC_CU(d, cuOccupancyMaxActiveBlocksPerMultiprocessor, &per_sm, rk->fn, threads, smem_);
     MKC_CU(d, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, rk->dev);
     if (static_cast<int64_t>(per_sm) * sms < ctas) {
       throw UserError(
@@ -143,8 +154,21 @@ LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin, const std::
     buffers.insert(buffers.end(), rk->buffers.begin(), rk->buffers.end());
     events.push_back(rk->events);
   }
+  // TMA descriptors: the same array on every GPU (one address space), in the generator's order.
+  std::vector<CUtensorMap> maps;
+  if (!kernel.tensor_maps.empty()) {
+    CtxScope scope(d, ranks_[0]->ctx);
+    for (const codegen::TensorMapSpec& m : kernel.tensor_maps) {
+      maps.push_back(encode_tensor_map(d, ranks_.at(m.rank)->buffers.at(m.buffer), m,
+                                       plan.buffers.at(m.buffer).name));
+    }
+  }
   for (const auto& rk : ranks_) {
     CtxScope scope(d, rk->ctx);
+    if (!maps.empty()) {
+      MKC_CU(d, cuMemAlloc, &rk->tensor_maps, maps.size() * sizeof(CUtensorMap));
+      MKC_CU(d, cuMemcpyHtoD, rk->tensor_maps, maps.data(), maps.size() * sizeof(CUtensorMap));
+    }
     MKC_CU(d, cuMemAlloc, &rk->buffer_table, buffers.size() * sizeof(CUdeviceptr));
     MKC_CU(d, cuMemcpyHtoD, rk->buffer_table, buffers.data(), buffers.size() * sizeof(CUdeviceptr));
     MKC_CU(d, cuMemAlloc, &rk->event_table, events.size() * sizeof(CUdeviceptr));
@@ -162,11 +186,22 @@ LocalJob::~LocalJob() {
     d.cuMemFree(rk->events);
     d.cuMemFree(rk->buffer_table);
     d.cuMemFree(rk->event_table);
+    if (rk->tensor_maps) d.cuMemFree(rk->tensor_maps);
     d.cuMemFreeHost(rk->error);
     d.cuStreamDestroy(rk->stream);
     d.cuModuleUnload(rk->mod);
     d.cuDevicePrimaryCtxRelease(rk->dev);
   }
+}
+
+CUcontext LocalJob::context(int rank) const {
+  return ranks_.at(rank)->ctx;
+}
+CUstream LocalJob::stream(int rank) const {
+  return ranks_.at(rank)->stream;
+}
+CUdeviceptr LocalJob::buffer_address(int rank, int buffer) const {
+  return ranks_.at(rank)->buffers.at(buffer);
 }
 
 void LocalJob::upload(int rank, int buffer, const std::vector<double>& values) {
@@ -286,10 +321,12 @@ void LocalJob::enqueue(int r) {
                   epoch_,
                   opts_.timeout_ns,
                   reinterpret_cast<void*>(rk.error_dev),
-                  nullptr};
+                  nullptr,
+                  reinterpret_cast<const void*>(rk.tensor_maps)};
   void* params[] = {&args};
   MKC_CU(d, cuLaunchKernel, rk.fn, static_cast<unsigned>(ctas_), 1, 1,
-         static_cast<unsigned>(threads_), 1, 1, 0, rk.stream, params, nullptr);
+         static_cast<unsigned>(threads_), 1, 1, static_cast<unsigned>(smem_), rk.stream, params,
+         nullptr);
 }
 
 void LocalJob::finish(const std::vector<int>& which) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/codegen.h"
 #include "compiler/plan.h"
 #include "dsl/source.h"
 #include "runtime/cuda_driver.h"
@@ -32,9 +33,10 @@ struct LocalJobOptions {
 class LocalJob {
  public:
   // `plan` must have been built for as many ranks as the job uses (at most the local GPU count)
-  // and for at most the GPUs' SM count of CTAs; `cubin` holds `kernel`.
-  LocalJob(const plan::Plan& plan, const std::string& cubin, const std::string& kernel, int ctas,
-           int threads, LocalJobOptions options = {});
+  // and for at most the GPUs' SM count of CTAs; `kernel` was generated from it and `cubin` is
+  // its compiled image (grid, block, shared memory and tensor maps are taken from `kernel`).
+  LocalJob(const plan::Plan& plan, const std::string& cubin, const codegen::Generated& kernel,
+           LocalJobOptions options = {});
   ~LocalJob();
   LocalJob(const LocalJob&) = delete;
   LocalJob& operator=(const LocalJob&) = delete;
@@ -56,6 +58,12 @@ class LocalJob {
 
   uint64_t launches() const { return epoch_; }
 
+  // For benchmarks and baselines that work on the job's memory directly: rank r's context, its
+  // stream and the device address of one of its buffers.
+  CUcontext context(int rank) const;
+  CUstream stream(int rank) const;
+  CUdeviceptr buffer_address(int rank, int buffer) const;
+
  private:
   struct Rank;
   void enqueue(int r);
@@ -63,7 +71,7 @@ class LocalJob {
 
   const plan::Plan& plan_;
   std::string kernel_;
-  int ctas_, threads_;
+  int ctas_, threads_, smem_;
   LocalJobOptions opts_;
   uint64_t epoch_ = 0;
   std::vector<std::unique_ptr<Rank>> ranks_;

@@ -12,8 +12,8 @@ for t in $tests; do
   cp "bazel-bin/$pkg/$name" "$dest/"
 done
 # mkc itself optimised: `mkc run --check` computes its reference on the CPU.
-bazel build -c opt //:mkc
-cp bazel-bin/mkc "$dest/"
+bazel build -c opt //:mkc //bench:gemm_bench
+cp bazel-bin/mkc bazel-bin/bench/gemm_bench "$dest/"
 bazel build //:mkc
 # Tests open samples/*.mks relative to where they run.
 cp -r samples "$dest/samples"

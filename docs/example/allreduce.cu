@@ -6,7 +6,7 @@
 
 namespace {
 
-constexpr int kRanks = 2;
+[[maybe_unused]] constexpr int kRanks = 2;
 constexpr int kBuffers = 2;
 constexpr int kCtas = 132;
 
@@ -16,13 +16,13 @@ constexpr int kCtas = 132;
 
 // Task classes: a task kind with its element types.
 // send:bf16:bf16
-__device__ __noinline__ void task_class_0(const mkc::KernelArgs& a, const mkc::View* v, const long long* args, int nargs) {
+__device__ __forceinline__ void task_class_0(const mkc::KernelArgs& a, const mkc::View* v, const long long* args, int nargs) {
   mkc::send_box<__nv_bfloat16>(a, v, args, kBuffers, nargs);
   (void)nargs;
 }
 
 // reduce_slots:bf16:bf16:bf16
-__device__ __noinline__ void task_class_1(const mkc::KernelArgs& a, const mkc::View* v, const long long* args, int nargs) {
+__device__ __forceinline__ void task_class_1(const mkc::KernelArgs& a, const mkc::View* v, const long long* args, int nargs) {
   mkc::reduce_slots<__nv_bfloat16>(a, v, args, kBuffers);
   (void)nargs;
 }

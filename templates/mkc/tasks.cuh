@@ -1,7 +1,7 @@
-// The device side of every task kind of the plan (compiler/plan.h): what one CTA (256 threads)
-// does for one task. Simple, correct versions; the fast GEMM and attention tiles come with their
-// own templates. Each takes the kernel arguments, the task's views and its integer arguments, with
-// the meaning documented beside the lowering that builds them (compiler/lower.cc).
+// The device side of every task kind of the plan (compiler/plan.h): what one CTA (256 or 384
+// threads) does for one task. Simple, correct versions; the fast GEMM and attention tiles come with
+// their own templates. Each takes the kernel arguments, the task's views and its integer arguments,
+// with the meaning documented beside the lowering that builds them (compiler/lower.cc).
 #pragma once
 
 #include "mkc/device.cuh"
@@ -47,7 +47,9 @@ __device__ void gemm_tile(const KernelArgs& a, const View* v, const long long* a
   const long long K = v[0].shape[1], N = v[1].shape[1];
   __shared__ float As[16][64];
   __shared__ float Bs[16][64];
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  // 256 threads compute (a 16 x 16 grid of 4 x 4 blocks); any more only help load.
+  const int tx = threadIdx.x % 16, ty = (threadIdx.x / 16) % 16;
+  const bool computes = threadIdx.x < 256;
   for (long long mb = m0; mb < m1; mb += 64) {
     for (long long nb0 = n0; nb0 < n1; nb0 += 64) {
       float acc[4][4] = {};
@@ -82,7 +84,7 @@ __device__ void gemm_tile(const KernelArgs& a, const View* v, const long long* a
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const long long row = mb + ty * 4 + i, col = nb0 + tx * 4 + j;
-          if (row < m1 && col < n1) {
+          if (computes && row < m1 && col < n1) {
             float x = acc[i][j];
             if (bias != nullptr) x += to_f32(bias[col]);
             C[row * N + col] = from_f32<TC>(fn(x));

@@ -8,6 +8,16 @@
 
 namespace mkc {
 
+// std::is_same without <type_traits> (NVRTC compiles these headers without the host library).
+template <typename A, typename B>
+struct is_same {
+  static constexpr bool value = false;
+};
+template <typename A>
+struct is_same<A, A> {
+  static constexpr bool value = true;
+};
+
 template <typename T>
 __device__ __forceinline__ float to_f32(T v) {
   return static_cast<float>(v);

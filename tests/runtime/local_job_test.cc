@@ -56,7 +56,7 @@ std::unique_ptr<Compiled> compile(std::shared_ptr<const dsl::SourceFile> file, i
 void run_and_check(Compiled& c, int launches, const plan::HostFns& fns = {}) {
   LocalJobOptions lo;
   lo.file = c.file;
-  LocalJob job(c.plan(), c.jit.cubin, c.gen().kernel_name, c.gen().ctas, c.gen().threads, lo);
+  LocalJob job(c.plan(), c.jit.cubin, c.gen(), lo);
   for (int launch = 1; launch <= launches; ++launch) {
     for (const TensorCheck& t : checked_launch(job, c.plan(), fns, 7)) {
       const std::string where = fmt::format("{} launch {} rank {} tensor {}", c.plan().schedule,
@@ -115,7 +115,7 @@ GPU_TEST_CASE("1,000 back-to-back launches reuse the counters without a stale fl
 }
 )");
   auto c = compile(file, device_count(), {});
-  LocalJob job(c->plan(), c->jit.cubin, c->gen().kernel_name, c->gen().ctas, c->gen().threads);
+  LocalJob job(c->plan(), c->jit.cubin, c->gen());
   const int R = job.ranks();
   std::vector<double> total(4096, 0);
   for (int r = 0; r < R; ++r) {
@@ -145,8 +145,7 @@ MULTI_GPU_TEST_CASE(
     LocalJobOptions lo;
     lo.timeout_ns = 300'000'000;
     lo.file = c->file;
-    LocalJob job(c->plan(), c->jit.cubin, c->gen().kernel_name, c->gen().ctas, c->gen().threads,
-                 lo);
+    LocalJob job(c->plan(), c->jit.cubin, c->gen(), lo);
     try {
       job.launch({0});  // rank 1 skips its launch
       FAIL("rank 0 finished without rank 1");

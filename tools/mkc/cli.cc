@@ -59,6 +59,7 @@ compile options (and -D, --ranks-per-node, --sms, --color as for check):
   --emit LIST          artefacts, comma-separated: cu, ptx, cubin, plan (default cubin),
                        written as DIR/<name>.cu, .ptx, .cubin, .plan.json
   --no-cache           compile even if the JIT cache has the kernel
+  --verbose            print NVRTC's and ptxas's whole log (registers, wgmma serialisation)
 
 run options (and -D, --sms as above):
   --ranks N            ranks = GPUs to use (default: every GPU of the machine)
@@ -276,13 +277,26 @@ std::string roles_text(const plan::Plan& p) {
   return roles;
 }
 
+// NVRTC's and ptxas's warnings (a serialised wgmma, a register cap ignored) matter for speed.
+void print_jit_warnings(const jit::JitOutput& j, std::ostream& err) {
+  size_t pos = 0;
+  while (pos < j.log.size()) {
+    size_t end = j.log.find('\n', pos);
+    if (end == std::string::npos) end = j.log.size();
+    const std::string_view l(j.log.data() + pos, end - pos);
+    if (l.find("warning") != std::string_view::npos && l.rfind("Remark", 0) != 0)
+      fmt::print(err, "mkc: note: {}\n", l);
+    pos = end + 1;
+  }
+}
+
 int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                 Terminal term) {
   Flags f(args);
   f.check.ranks = {2};
   std::string out_dir = ".", arch = "sm_90a";
   std::set<std::string> emit = {"cubin"};
-  bool use_cache = true;
+  bool use_cache = true, verbose = false;
   while (f.next()) {
     if (f.is("--arch")) {
       arch = f.value("--arch");
@@ -303,6 +317,8 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
       }
     } else if (f.arg() == "--no-cache") {
       use_cache = false;
+    } else if (f.arg() == "--verbose") {
+      verbose = true;
     } else {
       f.unknown("compile");
     }
@@ -342,6 +358,11 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
       // Errors in the user's device functions point into the .mks file through #line.
       fmt::print(err, "mkc: error: {}\n", e.what());
       return e.log().find(".mks(") != std::string::npos ? kExitUserError : kExitEnvironment;
+    }
+    if (verbose) {
+      fmt::print(err, "{}", j.log);
+    } else {
+      print_jit_warnings(j, err);
     }
     if (emit.count("cubin")) write_file(out_dir + "/" + name + ".cubin", j.cubin);
     if (emit.count("ptx")) write_file(out_dir + "/" + name + ".ptx", j.ptx);
@@ -394,10 +415,11 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     jit::JitOptions jo;
     jo.arch = dev.arch();
     const jit::JitOutput j = jit::jit_compile(g.source, p.schedule + ".cu", g.kernel_name, jo);
+    print_jit_warnings(j, err);
     rt::LocalJobOptions lo;
     lo.file = c->file;
     lo.timeout_ns = timeout_ms * 1'000'000ull;
-    rt::LocalJob job(p, j.cubin, g.kernel_name, g.ctas, g.threads, lo);
+    rt::LocalJob job(p, j.cubin, g, lo);
     fmt::print(
         out,
         "{}: kernel {} on {} x {} ({} registers, {} tasks, roles {}, compiled in {:.2f} s, {})\n",
