@@ -67,7 +67,7 @@ class Generator {
         "// Parameters: {}. Source hash {:016x}. Do not edit: regenerate with `mkc compile`.",
         o_.defines.empty() ? "defaults" : o_.defines, g.source_hash));
     for (const plan::Decision& d : p_.decisions)
-      line(fmt::format("// Collective `{}`: {} ({}).", d.op, d.choice, d.reason));
+      line(fmt::format("// Operation `{}`: {} ({}).", d.op, d.choice, d.reason));
     std::string roles;
     for (const plan::Role& r : p_.roles) {
       if (r.count > 0)

@@ -229,9 +229,21 @@ class Lowerer {
   void lower_gemm(int i) {
     const OpInstance& op = s_.ops[i];
     const int64_t M = op.outputs[0].shape[0], N = op.outputs[0].shape[1];
-    const int64_t bm = op.tile.size() > 0 ? op.tile[0] : 128,
-                  bn = op.tile.size() > 1 ? op.tile[1] : 128;
-    const int64_t bk = op.tile.size() > 2 ? op.tile[2] : 64;
+    int64_t bm = 128, bn = 128, bk = 64;
+    if (op.tile.empty()) {
+      // The default: the wide tile (half the operand traffic per flop of 128 x 128) when there
+      // are enough of them to occupy every SM; else the narrow one, for twice the parallelism.
+      const int64_t wide = cdiv(M, 128) * cdiv(N, 256);
+      if (wide >= opts_.sms) bn = 256;
+      plan_.decisions.push_back(
+          Decision{name_of(op), fmt::format("tile({}, {}, {})", bm, bn, bk),
+                   fmt::format("default: {} tiles of 128 x 256 {} {} SMs", wide,
+                               wide >= opts_.sms ? ">=" : "<", opts_.sms)});
+    } else {
+      bm = op.tile[0];
+      bn = op.tile.size() > 1 ? op.tile[1] : bn;
+      bk = op.tile.size() > 2 ? op.tile[2] : bk;
+    }
     const int64_t mb = cdiv(M, bm), nb = cdiv(N, bn);
     const auto bias = op.tensor_args.find("bias");
     for (int64_t r = 0; r < R(); ++r) {

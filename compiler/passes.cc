@@ -45,7 +45,9 @@ class Driver {
 Plan build_plan(const compiler::CheckedSchedule& schedule, const PassOptions& options) {
   Driver d;
   Plan plan;
-  d.pass("lower", plan, [&](Plan& p) { p = lower(schedule, options.lower); });
+  LowerOptions lo = options.lower;
+  lo.sms = options.sms;
+  d.pass("lower", plan, [&](Plan& p) { p = lower(schedule, lo); });
   d.pass("dependencies", plan, [&](Plan& p) { derive_dependencies(p, schedule.ranks_per_node); });
   d.pass("schedule", plan, [&](Plan& p) {
     ScheduleOptions so;

@@ -42,6 +42,7 @@ namespace mkc::rt {
   X(cuMemcpyHtoD, 3020)                                \
   X(cuMemcpyDtoH, 3020)                                \
   X(cuMemsetD8, 3020)                                  \
+  X(cuMemsetD8Async, 3020)                             \
   X(cuLaunchKernel, 4000)                              \
   X(cuCtxEnablePeerAccess, 4000)                       \
   X(cuDeviceCanAccessPeer, 4000)                       \

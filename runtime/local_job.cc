@@ -74,6 +74,7 @@ struct LocalJob::Rank {
   CUdeviceptr buffer_table = 0;
   CUdeviceptr event_table = 0;
   CUdeviceptr tensor_maps = 0;
+  CUdeviceptr trace = 0;
   ErrorRecord* error = nullptr;
   CUdeviceptr error_dev = 0;
 };
@@ -187,11 +188,36 @@ LocalJob::~LocalJob() {
     d.cuMemFree(rk->buffer_table);
     d.cuMemFree(rk->event_table);
     if (rk->tensor_maps) d.cuMemFree(rk->tensor_maps);
+    if (rk->trace) d.cuMemFree(rk->trace);
     d.cuMemFreeHost(rk->error);
     d.cuStreamDestroy(rk->stream);
     d.cuModuleUnload(rk->mod);
     d.cuDevicePrimaryCtxRelease(rk->dev);
   }
+}
+
+void LocalJob::set_trace(bool on) {
+  const Driver& d = Driver::get();
+  for (auto& rk : ranks_) {
+    CtxScope scope(d, rk->ctx);
+    if (on && !rk->trace) {
+      MKC_CU(d, cuMemAlloc, &rk->trace, std::max<size_t>(1, plan_.tasks.size()) * 16);
+    } else if (!on && rk->trace) {
+      d.cuMemFree(rk->trace);
+      rk->trace = 0;
+    }
+  }
+}
+
+std::vector<uint64_t> LocalJob::trace(int rank) {
+  const Driver& d = Driver::get();
+  Rank& rk = *ranks_.at(rank);
+  std::vector<uint64_t> out(plan_.tasks.size() * 2, 0);
+  if (!rk.trace || out.empty()) return out;
+  CtxScope scope(d, rk.ctx);
+  MKC_CU(d, cuStreamSynchronize, rk.stream);
+  MKC_CU(d, cuMemcpyDtoH, out.data(), rk.trace, out.size() * 8);
+  return out;
 }
 
 CUcontext LocalJob::context(int rank) const {
@@ -321,8 +347,9 @@ void LocalJob::enqueue(int r) {
                   epoch_,
                   opts_.timeout_ns,
                   reinterpret_cast<void*>(rk.error_dev),
-                  nullptr,
+                  reinterpret_cast<unsigned long long*>(rk.trace),
                   reinterpret_cast<const void*>(rk.tensor_maps)};
+  if (rk.trace) MKC_CU(d, cuMemsetD8Async, rk.trace, 0, plan_.tasks.size() * 16, rk.stream);
   void* params[] = {&args};
   MKC_CU(d, cuLaunchKernel, rk.fn, static_cast<unsigned>(ctas_), 1, 1,
          static_cast<unsigned>(threads_), 1, 1, static_cast<unsigned>(smem_), rk.stream, params,

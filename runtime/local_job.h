@@ -58,6 +58,12 @@ class LocalJob {
 
   uint64_t launches() const { return epoch_; }
 
+  // Trace mode: from the next launch on, every task's start and end (%globaltimer, ns, after its
+  // waits and after its signals) are recorded per rank; trace(r) reads the last launch's,
+  // two entries per task of the plan (0 where rank r does not run the task).
+  void set_trace(bool on);
+  std::vector<uint64_t> trace(int rank);
+
   // For benchmarks and baselines that work on the job's memory directly: rank r's context, its
   // stream and the device address of one of its buffers.
   CUcontext context(int rank) const;

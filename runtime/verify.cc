@@ -26,9 +26,8 @@ double quantize(double v, compiler::DType t) {
 // Every user tensor of every rank: inputs drawn and uploaded, the rest poisoned. Returns the
 // host copy (inputs set, the rest NaN) that the reference evaluates.
 std::vector<std::vector<std::vector<double>>> prepare(LocalJob& job, const plan::Plan& plan,
-                                                      uint64_t seed, int launch) {
+                                                      const plan::InputFn& inputs, int launch) {
   const compiler::CheckedSchedule& s = *plan.source;
-  const plan::InputFn inputs = plan::random_inputs(plan, seed);
   std::vector<std::vector<std::vector<double>>> host(job.ranks());
   for (int r = 0; r < job.ranks(); ++r) {
     plan::RankData data(plan.buffers.size());
@@ -64,11 +63,20 @@ double tolerance_for(compiler::DType t) {
 }
 
 void upload_random_inputs(LocalJob& job, const plan::Plan& plan, uint64_t seed) {
-  prepare(job, plan, seed, 1);
+  prepare(job, plan, plan::random_inputs(plan, seed), 1);
+}
+
+void upload_inputs(LocalJob& job, const plan::Plan& plan, const plan::InputFn& inputs) {
+  prepare(job, plan, inputs, static_cast<int>(job.launches()) + 1);
 }
 
 std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan,
                                         const plan::HostFns& fns, uint64_t seed) {
+  return checked_launch(job, plan, fns, plan::random_inputs(plan, seed));
+}
+
+std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan,
+                                        const plan::HostFns& fns, const plan::InputFn& inputs) {
   const compiler::CheckedSchedule& s = *plan.source;
   for (const compiler::DeviceFunction& f : s.device_fns) {
     if (!fns.count(f.name)) {
@@ -78,7 +86,7 @@ std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan,
     }
   }
   const int launch = static_cast<int>(job.launches()) + 1;
-  std::vector<std::vector<std::vector<double>>> ref = prepare(job, plan, seed, launch);
+  std::vector<std::vector<std::vector<double>>> ref = prepare(job, plan, inputs, launch);
   job.launch();
   plan::reference(s, fns, ref);
   std::vector<TensorCheck> out;

@@ -29,8 +29,12 @@ double tolerance_for(compiler::DType t);
 // Throws UserError when the schedule has device functions that `fns` does not implement.
 std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan,
                                         const plan::HostFns& fns, uint64_t seed);
+// The same with inputs from `inputs` (e.g. read from files).
+std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan,
+                                        const plan::HostFns& fns, const plan::InputFn& inputs);
 
-// Uploads random inputs (no check): for timing runs.
+// Uploads inputs (no check), poisons the other tensors: for timing runs.
 void upload_random_inputs(LocalJob& job, const plan::Plan& plan, uint64_t seed);
+void upload_inputs(LocalJob& job, const plan::Plan& plan, const plan::InputFn& inputs);
 
 }  // namespace mkc::rt

@@ -262,6 +262,45 @@ __device__ __forceinline__ void store_pair(TC* p, float x, float y, bool both, b
   if (both) p[1] = from_f32<TC>(y);
 }
 
+// The epilogue of one consumer warpgroup: its 64 x BN accumulators (rows row0.., columns
+// col0..), plus bias, through fn, cast to TC, into C (row stride ldc) below row m1 and column n1.
+// Thread t holds rows (t/32)*16 + (t%32)/4 (+8) and the column pairs 8j + 2(t%4).
+template <typename TC, typename TBias, int BN, typename Fn>
+__device__ __forceinline__ void store_tile(const float* acc, TC* C, long long ldc,
+                                           const TBias* bias, long long row0, long long col0,
+                                           long long m1, long long n1, int t, Fn fn) {
+  const int warp = t / 32, lane = t % 32;
+  const bool aligned = (ldc % 2) == 0;
+  const long long r = row0 + warp * 16 + lane / 4, c = col0 + 2 * (lane % 4);
+  if (aligned && row0 + 64 <= m1 && col0 + BN <= n1) {
+    // Wholly inside C: pairs straight out, no guards.
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const float b0 = bias ? to_f32(bias[c + 8 * j]) : 0.0f;
+      const float b1 = bias ? to_f32(bias[c + 8 * j + 1]) : 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        store_pair(C + (r + 8 * h) * ldc + c + 8 * j, fn(acc[4 * j + 2 * h] + b0),
+                   fn(acc[4 * j + 2 * h + 1] + b1), true, true);
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const long long col = c + 8 * j;
+    if (col >= n1) continue;
+    const bool both = col + 1 < n1;
+    const float b0 = bias ? to_f32(bias[col]) : 0.0f;
+    const float b1 = bias && both ? to_f32(bias[col + 1]) : 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (r + 8 * h < m1)
+        store_pair(C + (r + 8 * h) * ldc + col, fn(acc[4 * j + 2 * h] + b0),
+                   fn(acc[4 * j + 2 * h + 1] + b1), both, aligned);
+    }
+  }
+}
+
 // The task: args {m0, m1, n0, n1, k_step, fn, has_bias, map A, map B}; views {A, B, C[, bias]}.
 // Needs kThreads threads and Shape<BN>::kSmemBytes of dynamic shared memory (`smem`).
 template <typename TAB, typename TC, typename TBias, int BN, typename Fn>
@@ -331,30 +370,7 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
           if (kt > 0 && t == 0) mbar_arrive(empty + (kt - 1) % kStages);
         }
         wgmma_wait<0>();
-#ifdef MKC_SM90_EXPERIMENT_NO_EPILOGUE
-        // Timing experiment only: no stores (one, never taken, keeps the accumulators live).
-        if (acc[0] == 1234.5f && acc[BN / 2 - 1] == 1234.5f) C[0] = from_f32<TC>(acc[1]);
-        __syncthreads();
-        continue;
-#endif
-        // Epilogue: thread t holds rows (t/32)*16 + (t%32)/4 (+8) and column pairs 8j + 2(t%4).
-        const int warp = t / 32, lane = t % 32;
-        const bool aligned = (ldc % 2) == 0;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-          const long long col = nt + 8 * j + 2 * (lane % 4);
-          if (col >= n1) continue;
-          const bool both = col + 1 < n1;
-          const float b0 = bias ? to_f32(bias[col]) : 0.0f;
-          const float b1 = bias && both ? to_f32(bias[col + 1]) : 0.0f;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const long long row = mt + w * 64 + warp * 16 + lane / 4 + 8 * h;
-            if (row < m1)
-              store_pair(C + row * ldc + col, fn(acc[4 * j + 2 * h] + b0),
-                         fn(acc[4 * j + 2 * h + 1] + b1), both, aligned);
-          }
-        }
+        store_tile<TC, TBias, BN>(acc, C, ldc, bias, mt + w * 64, nt, m1, n1, t, fn);
       }
       __syncthreads();
     }

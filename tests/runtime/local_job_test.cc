@@ -97,6 +97,71 @@ GPU_TEST_CASE("every sample on the local GPUs matches the reference over three l
   }
 }
 
+// The GEMM tile paths: the TMA + wgmma template (templates/mkc/gemm_sm90.cuh) with 256- and
+// 128-wide tiles, ragged M, N and K (TMA zero fill, guarded stores), f16 inputs with an f32
+// output, bias plus a device-function epilogue; and the portable tile where TMA cannot go (rows
+// of 200 bytes are not 16-byte multiples). Each against the fp64 reference on random data.
+GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; the portable tile") {
+  const plan::HostFns fns = {
+      {"softplus", [](const std::vector<double>& a) { return std::log1p(std::exp(a[0])); }}};
+  struct Variant {
+    const char* name;
+    const char* ab;
+    const char* c;
+    const char* tile;
+    int64_t m, n, k;
+    bool tma;
+  };
+  const Variant variants[] = {
+      {"bf16_256", "bf16", "bf16", "128, 256, 64", 300, 520, 136, true},
+      {"f16_128_f32out", "f16", "f32", "128, 128, 64", 257, 200, 72, true},
+      {"bf16_portable", "bf16", "bf16", "128, 128, 64", 130, 70, 100, false},
+  };
+  for (const Variant& v : variants) {
+    SUBCASE(v.name) {
+      const std::string text = fmt::format(R"(schedule gemm_{0} {{
+  param M = {4}, N = {5}, K = {6}
+  input  A : {1}[M, K]
+  input  B : {1}[K, N]
+  input  bias : f32[N]
+  output C : {2}[M, N]
+  device softplus(x: f32) -> f32 {{ return log1pf(expf(x)); }}
+  compute mm = gemm(A, B -> C, epilogue = softplus, bias = bias) tile({3})
+}}
+)",
+                                           v.name, v.ab, v.c, v.tile, v.m, v.n, v.k);
+      auto c =
+          compile(std::make_shared<dsl::SourceFile>(std::string(v.name) + ".mks", text), 1, {});
+      const bool uses_tma = c->gen().source.find("gemm_tile_tma") != std::string::npos;
+      CHECK(uses_tma == v.tma);
+      CHECK(c->gen().tensor_maps.empty() == !v.tma);
+      run_and_check(*c, 2, fns);
+    }
+  }
+}
+
+GPU_TEST_CASE("trace mode: every task of every rank has a start and an end, ends follow starts") {
+  auto c = compile(dsl::SourceFile::read("samples/gemm_allreduce.mks"), device_count(),
+                   {{"M", 256}, {"N", 512}, {"K", 128}});
+  LocalJob job(c->plan(), c->jit.cubin, c->gen());
+  upload_random_inputs(job, c->plan(), 3);
+  job.launch();  // untraced
+  job.set_trace(true);
+  job.launch();
+  int64_t events = 0;
+  for (int r = 0; r < job.ranks(); ++r) {
+    const std::vector<uint64_t> tr = job.trace(r);
+    REQUIRE(tr.size() == 2 * c->plan().tasks.size());
+    for (size_t t = 0; t < c->plan().tasks.size(); ++t) {
+      if (c->plan().tasks[t].rank != r) continue;
+      CHECK_MESSAGE(tr[2 * t] != 0, c->plan().tasks[t].label);
+      CHECK(tr[2 * t + 1] >= tr[2 * t]);
+      ++events;
+    }
+  }
+  CHECK(events == static_cast<int64_t>(c->plan().tasks.size()));
+}
+
 GPU_TEST_CASE("two-shot all-reduce (2 MB per rank) matches the reference") {
   auto c =
       compile(dsl::SourceFile::read("samples/allreduce.mks"), device_count(), {{"N", 16 * 65536}});

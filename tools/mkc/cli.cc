@@ -23,6 +23,8 @@
 #include "dsl/parser.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/local_job.h"
+#include "runtime/npy.h"
+#include "runtime/trace.h"
 #include "runtime/verify.h"
 #include "support/error.h"
 #include "support/version.h"
@@ -66,6 +68,11 @@ run options (and -D, --sms as above):
   --check              compare every output of every rank with the reference (fresh random data)
   --iters N            time N back-to-back launches and print the time per launch
   --timeout-ms T       how long a wait inside the kernel may take before it reports (default 5000)
+  --trace FILE         one more launch, traced: every task's start and end per CTA, written as
+                       Chrome/Perfetto trace JSON (open in ui.perfetto.dev)
+  --save DIR           write every rank's tensors after the first launch as DIR/<tensor>.rank<r>.npy
+                       (bf16 as f32)
+  --load DIR           take the inputs from DIR/<tensor>.rank<r>.npy instead of random data
 
 options:
   -h, --help           show this help
@@ -376,6 +383,33 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
   return kExitOk;
 }
 
+// Inputs from DIR/<tensor>.rank<r>.npy (`mkc run --load`): every input tensor of every rank must
+// be there, with the tensor's shape.
+plan::InputFn npy_inputs(const plan::Plan& p, const std::string& dir, int ranks) {
+  const compiler::CheckedSchedule& s = *p.source;
+  // Read every file up front: a missing or mis-shaped one fails before anything runs.
+  auto loaded = std::make_shared<std::vector<std::vector<std::vector<double>>>>(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    (*loaded)[r].resize(s.tensors.size());
+    for (size_t t = 0; t < s.tensors.size(); ++t) {
+      if (s.tensors[t].kind != dsl::TensorKind::kInput) continue;
+      const std::string path = dir + "/" + rt::npy_name(s.tensors[t].name, r);
+      rt::NpyArray a = rt::read_npy(path);
+      if (a.shape != s.tensors[t].shape) {
+        throw UserError(fmt::format("--load: `{}` has shape ({}), tensor `{}` is [{}]", path,
+                                    fmt::join(a.shape, ", "), s.tensors[t].name,
+                                    fmt::join(s.tensors[t].shape, ", ")));
+      }
+      (*loaded)[r][t] = std::move(a.values);
+    }
+  }
+  return [loaded, &s](int rank, int, plan::RankData& data) {
+    for (size_t t = 0; t < s.tensors.size(); ++t) {
+      if (s.tensors[t].kind == dsl::TensorKind::kInput) data[t] = (*loaded)[rank][t];
+    }
+  };
+}
+
 // Runs a schedule on this machine's GPUs, one rank per GPU, in this process.
 int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
             Terminal term) {
@@ -383,6 +417,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   int64_t iters = 0;
   bool check = false;
   uint64_t timeout_ms = 5000;
+  std::string trace_path, save_dir, load_dir;
   while (f.next()) {
     if (f.is("--iters")) {
       iters = parse_count("--iters", f.value("--iters"));
@@ -390,6 +425,12 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       check = true;
     } else if (f.is("--timeout-ms")) {
       timeout_ms = static_cast<uint64_t>(parse_count("--timeout-ms", f.value("--timeout-ms")));
+    } else if (f.is("--trace")) {
+      trace_path = f.value("--trace");
+    } else if (f.is("--save")) {
+      save_dir = f.value("--save");
+    } else if (f.is("--load")) {
+      load_dir = f.value("--load");
     } else {
       f.unknown("run");
     }
@@ -425,9 +466,11 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
         "{}: kernel {} on {} x {} ({} registers, {} tasks, roles {}, compiled in {:.2f} s, {})\n",
         f.files[0], g.kernel_name, job.ranks(), dev.name, j.registers, p.tasks.size(),
         roles_text(p), j.seconds, j.cache_hit ? "cache hit" : "cache miss");
+    const plan::InputFn inputs =
+        load_dir.empty() ? plan::random_inputs(p, 1) : npy_inputs(p, load_dir, job.ranks());
     if (check) {
       int failed = 0;
-      for (const rt::TensorCheck& t : rt::checked_launch(job, p, {}, 1)) {
+      for (const rt::TensorCheck& t : rt::checked_launch(job, p, {}, inputs)) {
         if (!t.ok()) ++failed;
         fmt::print(out, "  rank {} {:<12} rel. L2 error {:.2e} (tolerance {:.0e}){}{}\n", t.rank,
                    t.tensor, t.rel_error, t.tolerance,
@@ -440,8 +483,21 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       out.flush();
       if (failed) rc = kExitUserError;
     } else {
-      rt::upload_random_inputs(job, p, 1);
+      rt::upload_inputs(job, p, inputs);
       job.launch();
+    }
+    if (!save_dir.empty()) {
+      std::filesystem::create_directories(save_dir);
+      const compiler::CheckedSchedule& s = *p.source;
+      for (int r = 0; r < job.ranks(); ++r) {
+        for (size_t t = 0; t < s.tensors.size(); ++t) {
+          rt::write_npy(save_dir + "/" + rt::npy_name(s.tensors[t].name, r), s.tensors[t].dtype,
+                        s.tensors[t].shape, job.download(r, static_cast<int>(t)));
+        }
+      }
+      fmt::print(out, "saved {} tensors of {} rank(s) to {}/\n", s.tensors.size(), job.ranks(),
+                 save_dir);
+      out.flush();
     }
     if (iters > 0) {
       job.launch();  // warm-up
@@ -449,6 +505,17 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       fmt::print(out,
                  "time: {:.2f} us per launch ({} launches, {} ranks, kernel launch included)\n", us,
                  iters, job.ranks());
+      out.flush();
+    }
+    if (!trace_path.empty()) {
+      job.set_trace(true);
+      job.launch();
+      std::vector<std::vector<uint64_t>> per_rank;
+      for (int r = 0; r < job.ranks(); ++r) per_rank.push_back(job.trace(r));
+      job.set_trace(false);
+      const int n = rt::write_chrome_trace(trace_path, p, per_rank);
+      fmt::print(out, "trace: {} task events of launch {} written to {}\n", n, job.launches(),
+                 trace_path);
       out.flush();
     }
   }
