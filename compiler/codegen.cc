@@ -53,10 +53,10 @@ class Generator {
     for (const Task* t : class_tasks_) {
       if (const int bn = tma_tile_n(*t)) {
         // Three warpgroups (templates/mkc/gemm_sm90.cuh) and its shared-memory ring:
-        // stages x (A 16 KB + B bn x 128 bytes) + mbarriers + 1 KB of alignment slack.
+        // stages x (A 16 KB + B bn x 128 bytes) + 256 B of header + alignment slack.
         const int stages = bn == 256 ? 4 : 6;
         g.threads = 384;
-        g.dynamic_smem = std::max(g.dynamic_smem, stages * (16384 + bn * 128) + 16 * stages + 1024);
+        g.dynamic_smem = std::max(g.dynamic_smem, stages * (16384 + bn * 128) + 2048);
       }
     }
 
@@ -208,7 +208,8 @@ class Generator {
       // registers live across them. One function lets ptxas allocate each class on its own.
       line(fmt::format(
           "__device__ __forceinline__ void task_class_{}(const mkc::KernelArgs& a, const "
-          "mkc::View* v, const long long* args, int nargs) {{",
+          "mkc::View* v, const long long* args, int nargs, const long long* next_args, const "
+          "mkc::View* next_v) {{",
           c));
       switch (t.kind) {
         case TaskKind::kGemmTile:
@@ -216,7 +217,7 @@ class Generator {
             line("  extern __shared__ unsigned char mkc_smem[];");
             line(
                 fmt::format("  mkc::sm90::gemm_tile_tma<{}, {}, {}, {}>(a, v, args, kBuffers, "
-                            "mkc_smem, {}{{}});",
+                            "mkc_smem, next_args, next_v, {}{{}});",
                             type_of(t, 0), type_of(t, 2), t.args[6] ? type_of(t, 3) : type_of(t, 2),
                             bn, fn_type(t.args[5])));
           } else {
@@ -285,14 +286,16 @@ class Generator {
         default:
           MKC_CHECK(false, "task kind {} has no body", plan::task_kind_name(t.kind));
       }
-      line("  (void)nargs;\n}\n");
+      line("  (void)nargs;\n  (void)next_args;\n  (void)next_v;\n}\n");
     }
     line(
         "__device__ __forceinline__ void run_task(int cls, const mkc::KernelArgs& a, const "
-        "mkc::View* v, const long long* args, int nargs) {");
+        "mkc::View* v, const long long* args, int nargs, const long long* next_args, const "
+        "mkc::View* next_v) {");
     line("  switch (cls) {");
     for (size_t c = 0; c < class_tasks_.size(); ++c)
-      line(fmt::format("    case {}: task_class_{}(a, v, args, nargs); break;", c, c));
+      line(fmt::format("    case {}: task_class_{}(a, v, args, nargs, next_args, next_v); break;",
+                       c, c));
     line("    default: break;  // fences, launch ends and signals have no body");
     line("  }\n}\n");
   }
@@ -364,14 +367,30 @@ class Generator {
     line(fmt::format(
         "extern \"C\" __global__ void __launch_bounds__({}, 1) {}(mkc::KernelArgs a) {{", g.threads,
         g.kernel_name));
+    const bool tma = g.dynamic_smem > 0;
     line("  const int first = kCtaStart[a.rank * (kCtas + 1) + blockIdx.x];");
     line("  const int last = kCtaStart[a.rank * (kCtas + 1) + blockIdx.x + 1];");
+    if (tma) {
+      line("  extern __shared__ unsigned char mkc_smem[];");
+      line("  if (threadIdx.x == 0) mkc::sm90::reset_pipeline(mkc_smem);");
+      line("  __syncthreads();");
+    }
     line("  for (int i = first; i < last; ++i) {");
     line("    const int t = kCtaList[i];");
     line("    const int* rec = kTasks + t * 9;");
     line("    if (!mkc::wait_all(a, kWaits + rec[5], rec[6], t)) return;");
     line("    if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t] = mkc::globaltimer();");
-    line("    run_task(rec[0], a, kViews + rec[1], kArgs + rec[3], rec[4]);");
+    if (tma) {
+      // The next task, when it is of the same class and waits for nothing: a GEMM tile loads its
+      // first stages during this one's epilogue (templates/mkc/gemm_sm90.cuh).
+      line("    const int* next = i + 1 < last ? kTasks + kCtaList[i + 1] * 9 : nullptr;");
+      line("    const bool chain = next != nullptr && next[0] == rec[0] && next[6] == 0;");
+      line(
+          "    run_task(rec[0], a, kViews + rec[1], kArgs + rec[3], rec[4], chain ? kArgs + "
+          "next[3] : nullptr, chain ? kViews + next[1] : nullptr);");
+    } else {
+      line("    run_task(rec[0], a, kViews + rec[1], kArgs + rec[3], rec[4], nullptr, nullptr);");
+    }
     line("    mkc::signal_all(a, kSignals + rec[7], rec[8]);");
     line(
         "    if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t + 1] = mkc::globaltimer();");

@@ -16,21 +16,25 @@ constexpr int kCtas = 132;
 
 // Task classes: a task kind with its element types.
 // send:bf16:bf16
-__device__ __forceinline__ void task_class_0(const mkc::KernelArgs& a, const mkc::View* v, const long long* args, int nargs) {
+__device__ __forceinline__ void task_class_0(const mkc::KernelArgs& a, const mkc::View* v, const long long* args, int nargs, const long long* next_args, const mkc::View* next_v) {
   mkc::send_box<__nv_bfloat16>(a, v, args, kBuffers, nargs);
   (void)nargs;
+  (void)next_args;
+  (void)next_v;
 }
 
 // reduce_slots:bf16:bf16:bf16
-__device__ __forceinline__ void task_class_1(const mkc::KernelArgs& a, const mkc::View* v, const long long* args, int nargs) {
+__device__ __forceinline__ void task_class_1(const mkc::KernelArgs& a, const mkc::View* v, const long long* args, int nargs, const long long* next_args, const mkc::View* next_v) {
   mkc::reduce_slots<__nv_bfloat16>(a, v, args, kBuffers);
   (void)nargs;
+  (void)next_args;
+  (void)next_v;
 }
 
-__device__ __forceinline__ void run_task(int cls, const mkc::KernelArgs& a, const mkc::View* v, const long long* args, int nargs) {
+__device__ __forceinline__ void run_task(int cls, const mkc::KernelArgs& a, const mkc::View* v, const long long* args, int nargs, const long long* next_args, const mkc::View* next_v) {
   switch (cls) {
-    case 0: task_class_0(a, v, args, nargs); break;
-    case 1: task_class_1(a, v, args, nargs); break;
+    case 0: task_class_0(a, v, args, nargs, next_args, next_v); break;
+    case 1: task_class_1(a, v, args, nargs, next_args, next_v); break;
     default: break;  // fences, launch ends and signals have no body
   }
 }
@@ -138,7 +142,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) mkc_allreduce(mkc::KernelAr
     const int* rec = kTasks + t * 9;
     if (!mkc::wait_all(a, kWaits + rec[5], rec[6], t)) return;
     if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t] = mkc::globaltimer();
-    run_task(rec[0], a, kViews + rec[1], kArgs + rec[3], rec[4]);
+    run_task(rec[0], a, kViews + rec[1], kArgs + rec[3], rec[4], nullptr, nullptr);
     mkc::signal_all(a, kSignals + rec[7], rec[8]);
     if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t + 1] = mkc::globaltimer();
   }

@@ -9,6 +9,9 @@
 //     issue four m64nBNk16 wgmma per stage (A and B read from shared memory through descriptors,
 //     128-byte swizzle), keep one wgmma group in flight, and release the stage before on its
 //     `empty` mbarrier; then apply the epilogue (bias, device function, cast) from registers.
+// The ring and its mbarriers persist across the CTA's tasks (PipeState): when the next task in
+// the CTA's list is a GEMM tile of the same class that waits for nothing, the producer loads its
+// first stages while the consumers run this tile's epilogue.
 // Tensor maps are built on the host per operand view (runtime/tensor_map.*), with 128-byte
 // swizzle and zero fill outside the view, so ragged M, N and K need no special code on the load
 // side; stores are guarded. The rank of a task that uses it makes no difference: the maps hold
@@ -40,8 +43,8 @@ struct Shape {
   static constexpr int kStageBytes = kABytes + kBBytes;
   // As deep as fits beside the rest of the kernel's shared memory: 4 x 48 KB or 6 x 32 KB.
   static constexpr int kStages = BN == 256 ? 4 : 6;
-  // Ring + mbarriers + slack to align the ring to 1024 bytes (128-byte swizzle).
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+  // Header (pipeline state, mbarriers) + slack to align the ring to 1024 bytes + the ring.
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2048;
 };
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -262,6 +265,20 @@ __device__ __forceinline__ void store_pair(TC* p, float x, float y, bool both, b
   if (both) p[1] = from_f32<TC>(y);
 }
 
+// Two values as one 32-bit word of a 16-bit type (bf16x2 or half2).
+template <typename TC>
+__device__ __forceinline__ unsigned pack2(float x, float y) {
+  unsigned u;
+  if constexpr (is_same<TC, __nv_bfloat16>::value) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    u = *reinterpret_cast<const unsigned*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(x, y);
+    u = *reinterpret_cast<const unsigned*>(&v);
+  }
+  return u;
+}
+
 // The epilogue of one consumer warpgroup: its 64 x BN accumulators (rows row0.., columns
 // col0..), plus bias, through fn, cast to TC, into C (row stride ldc) below row m1 and column n1.
 // Thread t holds rows (t/32)*16 + (t%32)/4 (+8) and the column pairs 8j + 2(t%4).
@@ -272,6 +289,46 @@ __device__ __forceinline__ void store_tile(const float* acc, TC* C, long long ld
   const int warp = t / 32, lane = t % 32;
   const bool aligned = (ldc % 2) == 0;
   const long long r = row0 + warp * 16 + lane / 4, c = col0 + 2 * (lane % 4);
+  if constexpr (sizeof(TC) == 2) {
+    if (ldc % 8 == 0 && (reinterpret_cast<unsigned long long>(C) & 15) == 0 && row0 + 64 <= m1 &&
+        col0 + BN <= n1) {
+      // 16-bit C, wholly inside, rows 16-byte aligned: the four lanes of a quad trade pairs (a
+      // 4 x 4 transpose over 4 column blocks, 3 shuffles) so each lane holds 8 consecutive
+      // columns and stores them as 16 bytes: a quad writes 64 contiguous bytes of a row.
+      const int q = lane % 4;
+      TC* const row_ptr = C + r * ldc + col0 + 8 * q;
+#pragma unroll
+      for (int g = 0; g < BN / 32; ++g) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          unsigned x[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int j = 4 * g + k;
+            const float b0 = bias ? to_f32(bias[c + 8 * j]) : 0.0f;
+            const float b1 = bias ? to_f32(bias[c + 8 * j + 1]) : 0.0f;
+            x[k] = pack2<TC>(fn(acc[4 * j + 2 * h] + b0), fn(acc[4 * j + 2 * h + 1] + b1));
+          }
+          unsigned y0 = 0, y1 = 0, y2 = 0, y3 = 0;
+#pragma unroll
+          for (int rr = 0; rr < 4; ++rr) {
+            // Lane q sends its pair of block (q + rr) % 4 and receives, from lane s = (q - rr)
+            // % 4, that lane's pair of block q: columns 2s, 2s + 1 of block q.
+            const int out = (q + rr) & 3, src = (q - rr) & 3;
+            const unsigned send = out == 0 ? x[0] : out == 1 ? x[1] : out == 2 ? x[2] : x[3];
+            const unsigned got = __shfl_sync(0xffffffffu, send, (lane & ~3) | src);
+            y0 = src == 0 ? got : y0;
+            y1 = src == 1 ? got : y1;
+            y2 = src == 2 ? got : y2;
+            y3 = src == 3 ? got : y3;
+          }
+          *reinterpret_cast<uint4*>(row_ptr + (h ? 8 * ldc : 0) + 32 * g) =
+              make_uint4(y0, y1, y2, y3);
+        }
+      }
+      return;
+    }
+  }
   if (aligned && row0 + 64 <= m1 && col0 + BN <= n1) {
     // Wholly inside C: pairs straight out, no guards.
 #pragma unroll
@@ -301,59 +358,125 @@ __device__ __forceinline__ void store_tile(const float* acc, TC* C, long long ld
   }
 }
 
+// The ring's state, kept in the first bytes of dynamic shared memory across the tasks of a CTA:
+// loads and consumptions are numbered from the ring's (re)initialisation, so stage = n % stages
+// and phase = (n / stages) & 1, and a task can start on stages an earlier task loaded for it.
+struct PipeState {
+  unsigned next_load;     // the producer's next load
+  unsigned next_consume;  // the consumers' next stage
+  int bn;                 // the ring geometry in use; 0: mbarriers not initialised
+  int prefetched;         // loads already issued for the task whose args are prefetched_args
+  const long long* prefetched_args;
+};
+constexpr int kHeaderBytes = 256;  // PipeState at 0, full[8] at 64, empty[8] at 128
+
+// At kernel start (thread 0, then a CTA barrier): no ring yet.
+__device__ __forceinline__ void reset_pipeline(unsigned char* smem) {
+  PipeState* st = reinterpret_cast<PipeState*>(smem);
+  st->next_load = st->next_consume = 0;
+  st->bn = 0;
+  st->prefetched = 0;
+  st->prefetched_args = nullptr;
+}
+
+#if MKC_HAS_WGMMA
+// One stage load: A box (k, row m), B boxes (columns n.., k), completing on full[n % stages]
+// after the consumers released the stage's previous use.
+template <int BN>
+__device__ __forceinline__ void load_stage(unsigned n, unsigned char* ring, u64* full, u64* empty,
+                                           const TensorMap* map_a, const TensorMap* map_b,
+                                           long long m, long long nn, int kt, u64 timeout_ns) {
+  using S = Shape<BN>;
+  const int s = n % S::kStages;
+  if (n >= static_cast<unsigned>(S::kStages))
+    mbar_wait(empty + s, ((n / S::kStages) - 1) & 1, timeout_ns);
+  unsigned char* st = ring + s * S::kStageBytes;
+  mbar_expect_tx(full + s, S::kStageBytes);
+  tma_load_2d(st, map_a, kt * kBK, static_cast<int>(m), full + s);
+#pragma unroll
+  for (int j = 0; j < BN / 64; ++j)
+    tma_load_2d(st + kABytes + j * (kBK * 128), map_b, static_cast<int>(nn) + 64 * j, kt * kBK,
+                full + s);
+}
+#endif
+
 // The task: args {m0, m1, n0, n1, k_step, fn, has_bias, map A, map B}; views {A, B, C[, bias]}.
-// Needs kThreads threads and Shape<BN>::kSmemBytes of dynamic shared memory (`smem`).
+// Needs kThreads threads and Shape<BN>::kSmemBytes of dynamic shared memory (`smem`, reset by
+// reset_pipeline at kernel start). `next_args`/`next_v`: the CTA's next task when it is a task
+// of this same class with no waits (else null): once this task's loads are issued, the producer
+// loads the first stages of that task's first tile, so they arrive during this epilogue.
 template <typename TAB, typename TC, typename TBias, int BN, typename Fn>
 __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long long* args, int nb,
-                              unsigned char* smem, Fn fn) {
+                              unsigned char* smem, const long long* next_args, const View* next_v,
+                              Fn fn) {
 #if MKC_HAS_WGMMA
   using S = Shape<BN>;
   constexpr int kStages = S::kStages;
+  static_assert(kStages <= 8, "the header holds 8 mbarriers of each kind");
   TC* C = view_ptr<TC>(a, v[2], nb);
   const TBias* bias = args[6] ? view_ptr<TBias>(a, v[3], nb) : nullptr;
   const long long m0 = args[0], m1 = args[1], n0 = args[2], n1 = args[3];
   const long long K = v[0].shape[1], ldc = v[2].shape[1];
-  const TensorMap* map_a = a.tensor_maps + args[7];
-  const TensorMap* map_b = a.tensor_maps + args[8];
+  PipeState* ps = reinterpret_cast<PipeState*>(smem);
+  u64* full = reinterpret_cast<u64*>(smem + 64);
+  u64* empty = reinterpret_cast<u64*>(smem + 128);
   unsigned char* ring = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<unsigned long long>(smem) + 1023) & ~1023ull);
-  u64* full = reinterpret_cast<u64*>(ring + kStages * S::kStageBytes);
-  u64* empty = full + kStages;
+      (reinterpret_cast<unsigned long long>(smem) + kHeaderBytes + 1023) & ~1023ull);
   const int ktiles = static_cast<int>((K + kBK - 1) / kBK);
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-  for (long long mt = m0; mt < m1; mt += kBM) {
-    for (long long nt = n0; nt < n1; nt += BN) {
-      // Fresh barriers per tile: everything of the previous tile has completed (barrier below).
-      if (threadIdx.x == 0) {
-        for (int s = 0; s < kStages; ++s) {
-          mbar_init(full + s, 1);
-          mbar_init(empty + s, 2);
+  // A ring of another geometry (or none) is drained (no other class prefetches into it): start
+  // afresh.
+  if (threadIdx.x == 0 && ps->bn != BN) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    ps->bn = BN;
+    ps->next_load = ps->next_consume = 0;
+    ps->prefetched = 0;
+    ps->prefetched_args = nullptr;
+  }
+  __syncthreads();
+  if (wg == 0) {
+    if (t == 0) {
+      const TensorMap* map_a = a.tensor_maps + args[7];
+      const TensorMap* map_b = a.tensor_maps + args[8];
+      unsigned n = ps->next_load;
+      int skip = ps->prefetched_args == args ? ps->prefetched : 0;
+      for (long long mt = m0; mt < m1; mt += kBM) {
+        for (long long nt = n0; nt < n1; nt += BN) {
+          for (int kt = skip; kt < ktiles; ++kt)
+            load_stage<BN>(n++, ring, full, empty, map_a, map_b, mt, nt, kt, a.timeout_ns);
+          skip = 0;
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
       }
-      __syncthreads();
-      if (wg == 0) {
-        if (t == 0) {
-          for (int kt = 0; kt < ktiles; ++kt) {
-            const int s = kt % kStages;
-            if (kt >= kStages) mbar_wait(empty + s, ((kt / kStages) - 1) & 1, a.timeout_ns);
-            unsigned char* st = ring + s * S::kStageBytes;
-            mbar_expect_tx(full + s, S::kStageBytes);
-            tma_load_2d(st, map_a, kt * kBK, static_cast<int>(mt), full + s);
-#pragma unroll
-            for (int j = 0; j < BN / 64; ++j)
-              tma_load_2d(st + kABytes + j * (kBK * 128), map_b, static_cast<int>(nt) + 64 * j,
-                          kt * kBK, full + s);
-          }
-        }
-      } else {
-        const int w = wg - 1;
+      int pre = 0;
+      if (next_args != nullptr) {
+        // At most a ring's worth: those slots are freed by this task's own consumption.
+        const int next_ktiles = static_cast<int>((next_v[0].shape[1] + kBK - 1) / kBK);
+        pre = next_ktiles < kStages ? next_ktiles : kStages;
+        const TensorMap* next_a = a.tensor_maps + next_args[7];
+        const TensorMap* next_b = a.tensor_maps + next_args[8];
+        for (int kt = 0; kt < pre; ++kt)
+          load_stage<BN>(n++, ring, full, empty, next_a, next_b, next_args[0], next_args[2], kt,
+                         a.timeout_ns);
+      }
+      ps->next_load = n;
+      ps->prefetched = pre;
+      ps->prefetched_args = pre > 0 ? next_args : nullptr;
+    }
+  } else {
+    const int w = wg - 1;
+    unsigned c = ps->next_consume;
+    for (long long mt = m0; mt < m1; mt += kBM) {
+      for (long long nt = n0; nt < n1; nt += BN) {
         float acc[BN / 2];
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-        for (int kt = 0; kt < ktiles; ++kt) {
-          const int s = kt % kStages;
-          mbar_wait(full + s, (kt / kStages) & 1, a.timeout_ns);
+        for (int kt = 0; kt < ktiles; ++kt, ++c) {
+          const int s = c % kStages;
+          mbar_wait(full + s, (c / kStages) & 1, a.timeout_ns);
           const unsigned char* st = ring + s * S::kStageBytes;
           wgmma_fence();
 #pragma unroll
@@ -366,17 +489,23 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
             wgmma_tile<TAB, BN>(acc, da, db);
           }
           wgmma_commit();
+          // The stage before is done with: give it back to the producer.
           wgmma_wait<1>();
-          if (kt > 0 && t == 0) mbar_arrive(empty + (kt - 1) % kStages);
+          if (kt > 0 && t == 0) mbar_arrive(empty + (c - 1) % kStages);
         }
         wgmma_wait<0>();
+        if (t == 0) mbar_arrive(empty + (c - 1) % kStages);
         store_tile<TC, TBias, BN>(acc, C, ldc, bias, mt + w * 64, nt, m1, n1, t, fn);
       }
-      __syncthreads();
     }
+    if (threadIdx.x == 128) ps->next_consume = c;
   }
+  // The state is published before the next task reads it.
+  __syncthreads();
 #else
   (void)smem;
+  (void)next_args;
+  (void)next_v;
   gemm_tile<TAB, TAB, TC, TBias>(a, v, args, nb, fn);
 #endif
 }
