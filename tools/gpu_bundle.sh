@@ -12,8 +12,9 @@ for t in $tests; do
   cp "bazel-bin/$pkg/$name" "$dest/"
 done
 # mkc itself optimised: `mkc run --check` computes its reference on the CPU.
-bazel build -c opt //:mkc //bench:gemm_bench
-cp bazel-bin/mkc bazel-bin/bench/gemm_bench "$dest/"
+bazel build -c opt //:mkc //bench:gemm_bench //samples/host:gemm_allreduce //tools/mkrun
+cp bazel-bin/mkc bazel-bin/bench/gemm_bench bazel-bin/samples/host/gemm_allreduce \
+  bazel-bin/tools/mkrun/mkrun "$dest/"
 bazel build //:mkc
 # Tests open samples/*.mks relative to where they run.
 cp -r samples "$dest/samples"

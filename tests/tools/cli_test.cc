@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <sstream>
 
 #include "support/version.h"
@@ -60,6 +61,17 @@ TEST_CASE("devices: lists GPUs, or exits 2 with a clear message when there is no
     CHECK(r.code == 2);
     CHECK(r.err.find("no CUDA driver") != std::string::npos);
   }
+}
+
+TEST_CASE("run under a one-process-per-rank launcher says it is not that kind of program yet") {
+  ::setenv("RANK", "1", 1);
+  ::setenv("WORLD_SIZE", "2", 1);
+  const Result r = run_cli({"run", "samples/gemm.mks"});
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
+  CHECK(r.code == 1);
+  CHECK(r.err.find("rank 1 of 2 (torchrun/mkrun variables)") != std::string::npos);
+  CHECK(r.err.find("start it once per machine") != std::string::npos);
 }
 
 }  // namespace

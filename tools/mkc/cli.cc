@@ -21,6 +21,7 @@
 #include "dsl/ast_json.h"
 #include "dsl/diagnostics.h"
 #include "dsl/parser.h"
+#include "runtime/bootstrap.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/local_job.h"
 #include "runtime/npy.h"
@@ -436,6 +437,16 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     }
   }
   if (f.files.size() != 1) throw UserError("`mkc run` takes one .mks file");
+  // Under a one-process-per-rank launcher (mkrun, torchrun, mpirun, srun) this process is one rank
+  // of many; `mkc run` drives every local GPU from one process instead.
+  const rt::World world = rt::detect_world();
+  if (world.size > 1) {
+    throw UserError(fmt::format(
+        "this process is rank {} of {} ({} variables), but `mkc run` is not a one-rank-per-process "
+        "program yet (the symmetric heap across processes is not built): start it once per "
+        "machine, without the launcher; it runs one rank on each local GPU",
+        world.rank, world.size, world.source));
+  }
   // The driver first: without a GPU this fails at once, before any compiling.
   const int gpus = rt::device_count();
   if (gpus == 0) throw EnvironmentError("no GPU: the CUDA driver sees no device");

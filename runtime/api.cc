@@ -1,0 +1,151 @@
+#include "runtime/api.h"
+
+#include <fmt/format.h>
+
+#include "compiler/pipeline.h"
+#include "dsl/diagnostics.h"
+#include "dsl/source.h"
+#include "runtime/trace.h"
+#include "runtime/verify.h"
+#include "support/error.h"
+
+namespace mkc {
+
+int64_t TensorInfo::elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+struct Kernel::Impl {
+  std::unique_ptr<compiler::Compilation> c;
+  jit::JitOutput bin;
+  std::unique_ptr<rt::LocalJob> job;
+};
+
+Kernel::Kernel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Kernel::Kernel(Kernel&&) noexcept = default;
+Kernel& Kernel::operator=(Kernel&&) noexcept = default;
+Kernel::~Kernel() = default;
+
+Kernel Kernel::from_file(const std::string& path, const KernelOptions& options) {
+  const auto file = dsl::SourceFile::read(path);
+  return from_string(file->path(), file->text(), options);
+}
+
+Kernel Kernel::from_string(const std::string& name, const std::string& text,
+                           const KernelOptions& options) {
+  const int gpus = rt::device_count();
+  if (gpus == 0) throw EnvironmentError("no GPU: the CUDA driver sees no device");
+  const int ranks = options.ranks == 0 ? gpus : options.ranks;
+  if (ranks < 1 || ranks > gpus) {
+    throw UserError(fmt::format("{} ranks asked for, this machine has {} GPU(s): one rank per GPU",
+                                ranks, gpus));
+  }
+  const rt::DeviceInfo dev = rt::device_info(0);
+  compiler::CheckOptions co;
+  co.ranks = {ranks};
+  co.defines = options.defines;
+  co.sms = dev.sm_count;
+  std::string defines_text;
+  for (const auto& [k, v] : options.defines)
+    defines_text += fmt::format("{}{}={}", defines_text.empty() ? "" : " ", k, v);
+  auto impl = std::make_unique<Impl>();
+  impl->c = compiler::compile_file(std::make_shared<dsl::SourceFile>(name, text), co, defines_text);
+  if (!impl->c->ok()) throw UserError(dsl::render_text(impl->c->diagnostics.all(), false));
+  if (impl->c->kernels.size() != 1) {
+    throw UserError(fmt::format("{} holds {} schedules; the API takes one per Kernel", name,
+                                impl->c->kernels.size()));
+  }
+  jit::JitOptions jo;
+  jo.arch = dev.arch();
+  const codegen::Generated& g = impl->c->kernels[0];
+  impl->bin = jit::jit_compile(g.source, impl->c->plans[0].schedule + ".cu", g.kernel_name, jo);
+  rt::LocalJobOptions lo;
+  lo.file = impl->c->file;
+  lo.timeout_ns = options.timeout_ms * 1'000'000ull;
+  impl->job = std::make_unique<rt::LocalJob>(impl->c->plans[0], impl->bin.cubin, g, lo);
+  return Kernel(std::move(impl));
+}
+
+int Kernel::ranks() const {
+  return impl_->job->ranks();
+}
+
+std::vector<TensorInfo> Kernel::tensors() const {
+  std::vector<TensorInfo> out;
+  for (const compiler::Tensor& t : impl_->c->checked[0].tensors) {
+    out.push_back(TensorInfo{t.name, t.dtype, t.shape, t.kind == dsl::TensorKind::kInput});
+  }
+  return out;
+}
+
+int Kernel::index_of(const std::string& name) const {
+  const auto& ts = impl_->c->checked[0].tensors;
+  std::string names;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].name == name) return static_cast<int>(i);
+    names += fmt::format("{}{}", i ? ", " : "", ts[i].name);
+  }
+  throw UserError(fmt::format("schedule `{}` has no tensor `{}` (it has {})",
+                              impl_->c->checked[0].name, name, names));
+}
+
+TensorInfo Kernel::tensor(const std::string& name) const {
+  return tensors()[index_of(name)];
+}
+
+void Kernel::set(const std::string& name, int rank, const std::vector<double>& values) {
+  const TensorInfo t = tensor(name);
+  if (rank < 0 || rank >= ranks())
+    throw UserError(fmt::format("set(`{}`): rank {} is not in [0, {})", name, rank, ranks()));
+  if (static_cast<int64_t>(values.size()) != t.elements()) {
+    throw UserError(fmt::format("set(`{}`): {} values for a {}[{}] tensor ({} elements)", name,
+                                values.size(), compiler::dtype_name(t.dtype),
+                                fmt::join(t.shape, ", "), t.elements()));
+  }
+  impl_->job->upload(rank, index_of(name), values);
+}
+
+std::vector<double> Kernel::get(const std::string& name, int rank) {
+  if (rank < 0 || rank >= ranks())
+    throw UserError(fmt::format("get(`{}`): rank {} is not in [0, {})", name, rank, ranks()));
+  return impl_->job->download(rank, index_of(name));
+}
+
+void Kernel::set_random_inputs(uint64_t seed) {
+  rt::upload_random_inputs(*impl_->job, impl_->c->plans[0], seed);
+}
+
+void Kernel::launch() {
+  impl_->job->launch();
+}
+
+double Kernel::time(int iters) {
+  return impl_->job->time_launches(iters);
+}
+
+int Kernel::trace(const std::string& path) {
+  rt::LocalJob& j = *impl_->job;
+  j.set_trace(true);
+  j.launch();
+  std::vector<std::vector<uint64_t>> per_rank;
+  for (int r = 0; r < j.ranks(); ++r) per_rank.push_back(j.trace(r));
+  j.set_trace(false);
+  return rt::write_chrome_trace(path, impl_->c->plans[0], per_rank);
+}
+
+const plan::Plan& Kernel::plan() const {
+  return impl_->c->plans[0];
+}
+const codegen::Generated& Kernel::generated() const {
+  return impl_->c->kernels[0];
+}
+const jit::JitOutput& Kernel::binary() const {
+  return impl_->bin;
+}
+rt::LocalJob& Kernel::job() {
+  return *impl_->job;
+}
+
+}  // namespace mkc

@@ -1,0 +1,84 @@
+// The host C++ JIT API: a schedule (a file or a string, with parameter values) compiled for this
+// machine's GPUs and bound to a job, one rank per local GPU, with tensors addressed by name.
+//
+//   mkc::Kernel k = mkc::Kernel::from_file("samples/gemm_allreduce.mks",
+//                                          {.defines = {{"M", 256}, {"N", 1024}, {"K", 512}}});
+//   k.set("A", /*rank=*/0, a_values);        // sizes checked against the tensor's shape
+//   k.launch();                              // every rank; throws rt::LaunchError on a timeout
+//   std::vector<double> c = k.get("C", 0);
+//   double us = k.time(100);                 // per launch, back to back
+//   k.trace("trace.json");                   // one traced launch, Chrome/Perfetto JSON
+//
+// Everything the CLI's `mkc run` does goes through the same calls (compiler/pipeline.h, the NVRTC
+// JIT with its disk cache, runtime/local_job.h). Errors: UserError for the caller's mistakes (a
+// schedule with errors — the rendered diagnostics are the message —, an unknown tensor, a wrong
+// element count, more ranks than GPUs), EnvironmentError for the machine (no driver, a failed CUDA
+// or NVRTC call). Not there yet: binding the caller's own device pointers (the job allocates every
+// tensor), launching on the caller's stream, and one process per rank (see runtime/bootstrap.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/codegen.h"
+#include "compiler/jit.h"
+#include "compiler/plan.h"
+#include "runtime/local_job.h"
+
+namespace mkc {
+
+struct KernelOptions {
+  std::map<std::string, int64_t> defines;  // -D NAME=VALUE
+  int ranks = 0;                           // 0: one per local GPU
+  uint64_t timeout_ms = 5000;              // per wait inside the kernel
+};
+
+struct TensorInfo {
+  std::string name;
+  compiler::DType dtype = compiler::DType::kF32;
+  std::vector<int64_t> shape;
+  bool input = false;  // filled by the caller (the others are written by the kernel)
+  int64_t elements() const;
+};
+
+class Kernel {
+ public:
+  static Kernel from_file(const std::string& path, const KernelOptions& options = {});
+  // `name` is the file name diagnostics and #line directives use.
+  static Kernel from_string(const std::string& name, const std::string& text,
+                            const KernelOptions& options = {});
+  Kernel(Kernel&&) noexcept;
+  Kernel& operator=(Kernel&&) noexcept;
+  ~Kernel();
+
+  int ranks() const;
+  std::vector<TensorInfo> tensors() const;
+  TensorInfo tensor(const std::string& name) const;
+
+  // Values in double, rounded to the tensor's element type.
+  void set(const std::string& tensor, int rank, const std::vector<double>& values);
+  std::vector<double> get(const std::string& tensor, int rank);
+  // Every input of every rank from a seeded generator (what `mkc run` uses).
+  void set_random_inputs(uint64_t seed);
+
+  void launch();
+  double time(int iters);              // mean µs per launch, launches back to back
+  int trace(const std::string& path);  // one traced launch; returns the events written
+
+  // The parts, for tools that want more.
+  const plan::Plan& plan() const;
+  const codegen::Generated& generated() const;
+  const jit::JitOutput& binary() const;
+  rt::LocalJob& job();
+
+ private:
+  struct Impl;
+  explicit Kernel(std::unique_ptr<Impl> impl);
+  int index_of(const std::string& tensor) const;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mkc

@@ -1,0 +1,317 @@
+#include "runtime/bootstrap.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "support/error.h"
+
+namespace mkc::rt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kMagic = 0x6d6b6331;  // "mkc1"
+constexpr uint64_t kMaxBlob = 64ull << 20;
+
+// A launcher's variables: which names carry which field.
+struct Scheme {
+  const char* source;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+
+const Scheme kSchemes[] = {
+    {"MKC_* variables", "MKC_RANK", "MKC_WORLD_SIZE", "MKC_LOCAL_RANK", "MKC_LOCAL_WORLD_SIZE"},
+    {"torchrun/mkrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+};
+
+int parse_int(const EnvFn& env, const char* name, int lo, int hi) {
+  const char* text = env(name);
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) {
+    throw UserError(fmt::format("{}={} is not a number in [{}, {}]", name, text, lo, hi));
+  }
+  return static_cast<int>(v);
+}
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return left.count() > 0 ? static_cast<int>(left.count()) : 0;
+}
+
+// Sends all of `data`; false when the peer is gone.
+bool send_all(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+enum class Recv { kOk, kClosed, kTimeout };
+
+Recv recv_all(int fd, void* data, size_t n, Clock::time_point deadline) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    pollfd pfd{fd, POLLIN, 0};
+    const int r = ::poll(&pfd, 1, remaining_ms(deadline));
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) return Recv::kTimeout;
+    const ssize_t k = ::recv(fd, p, n, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return Recv::kClosed;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return Recv::kOk;
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// A framed message: u32 magic, u32 rank, u32 world size, u64 length, bytes.
+struct Header {
+  uint32_t magic, rank, size, pad;
+  uint64_t length;
+};
+
+}  // namespace
+
+World detect_world(const EnvFn& env) {
+  World w;
+  for (const Scheme& s : kSchemes) {
+    const bool has_rank = env(s.rank) != nullptr, has_size = env(s.size) != nullptr;
+    if (!has_rank && !has_size) continue;
+    if (has_rank != has_size) {
+      throw UserError(fmt::format("{} is set but {} is not: a {} job needs both",
+                                  has_rank ? s.rank : s.size, has_rank ? s.size : s.rank,
+                                  s.source));
+    }
+    w.source = s.source;
+    w.size = parse_int(env, s.size, 1, 1 << 20);
+    w.rank = parse_int(env, s.rank, 0, w.size - 1);
+    const bool has_lr = env(s.local_rank) != nullptr;
+    const bool has_ls = env(s.local_size) != nullptr;
+    // Slurm gives tasks per node as "4" or "4(x2)"; take the leading count.
+    if (has_ls && std::string(s.local_size) == "SLURM_NTASKS_PER_NODE") {
+      w.local_size = std::atoi(env(s.local_size));
+      if (w.local_size < 1) throw UserError("SLURM_NTASKS_PER_NODE is not a positive count");
+    } else if (has_ls) {
+      w.local_size = parse_int(env, s.local_size, 1, w.size);
+    } else {
+      w.local_size = w.size;  // one node unless told otherwise
+    }
+    if (w.size % w.local_size != 0) {
+      throw UserError(
+          fmt::format("{} = {} is not a multiple of {} = {}: mkc needs the same "
+                      "number of ranks on every node",
+                      s.size, w.size, has_ls ? s.local_size : s.size, w.local_size));
+    }
+    w.local_rank =
+        has_lr ? parse_int(env, s.local_rank, 0, w.local_size - 1) : w.rank % w.local_size;
+    break;
+  }
+  const char* addr = env("MKC_MASTER_ADDR") ? env("MKC_MASTER_ADDR") : env("MASTER_ADDR");
+  const char* port_name = env("MKC_MASTER_PORT") ? "MKC_MASTER_PORT" : "MASTER_PORT";
+  if (addr != nullptr) {
+    w.master_addr = addr;
+  } else if (!w.single_node()) {
+    throw UserError(
+        fmt::format("a {}-node job ({} variables) needs rank 0's address: set MASTER_ADDR (or "
+                    "MKC_MASTER_ADDR) to the host of rank 0, and MASTER_PORT to a free port there",
+                    w.size / w.local_size, w.source));
+  }
+  if (env(port_name) != nullptr) w.master_port = parse_int(env, port_name, 1, 65535);
+  return w;
+}
+
+World detect_world() {
+  return detect_world([](const char* name) { return std::getenv(name); });
+}
+
+Rendezvous::Rendezvous(const World& world, std::chrono::milliseconds timeout)
+    : world_(world), timeout_(timeout) {
+  if (world_.size == 1) return;
+  const auto deadline = Clock::now() + timeout_;
+  const std::string where = fmt::format("{}:{}", world_.master_addr, world_.master_port);
+  if (world_.rank == 0) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (listen_fd_ < 0) throw EnvironmentError("rendezvous: socket() failed: " + errno_text());
+    int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(static_cast<uint16_t>(world_.master_port));
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+        ::listen(listen_fd_, world_.size) != 0) {
+      const std::string e = errno_text();
+      ::close(listen_fd_);
+      listen_fd_ = -1;
+      throw EnvironmentError(
+          fmt::format("rendezvous: rank 0 cannot listen on port {}: {}; pick another MASTER_PORT",
+                      world_.master_port, e));
+    }
+    peers_.assign(world_.size, -1);
+    int joined = 1;
+    while (joined < world_.size) {
+      pollfd pfd{listen_fd_, POLLIN, 0};
+      const int r = ::poll(&pfd, 1, remaining_ms(deadline));
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0) {
+        std::string missing;
+        for (int k = 1; k < world_.size; ++k) {
+          if (peers_[k] < 0) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", k);
+        }
+        throw EnvironmentError(fmt::format(
+            "rendezvous: rank 0 waited {:.1f} s on port {} and rank(s) {} of {} never came "
+            "(not started, crashed, or pointed at another MASTER_ADDR/MASTER_PORT)",
+            timeout_.count() / 1e3, world_.master_port, missing, world_.size));
+      }
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) continue;
+      set_nodelay(fd);
+      Header h{};
+      if (recv_all(fd, &h, sizeof(h), deadline) != Recv::kOk || h.magic != kMagic) {
+        ::close(fd);  // not one of ours (a port scanner, a stale process): ignore it
+        continue;
+      }
+      if (static_cast<int>(h.size) != world_.size || h.rank == 0 ||
+          static_cast<int>(h.rank) >= world_.size || peers_[h.rank] >= 0) {
+        ::close(fd);
+        throw EnvironmentError(fmt::format(
+            "rendezvous: a process said it is rank {} of {}, but this job is {} ranks{}: two jobs "
+            "on one MASTER_PORT, or inconsistent launcher variables",
+            h.rank, h.size, world_.size,
+            h.rank < peers_.size() && peers_[h.rank] >= 0 ? " and that rank already joined" : ""));
+      }
+      peers_[h.rank] = fd;
+      ++joined;
+    }
+  } else {
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    const int g = ::getaddrinfo(world_.master_addr.c_str(),
+                                std::to_string(world_.master_port).c_str(), &hints, &res);
+    if (g != 0) {
+      throw EnvironmentError(fmt::format("rendezvous: cannot resolve MASTER_ADDR `{}`: {}",
+                                         world_.master_addr, gai_strerror(g)));
+    }
+    int fd = -1;
+    while (true) {
+      fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) break;
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+      if (remaining_ms(deadline) == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 0 may not listen yet
+    }
+    ::freeaddrinfo(res);
+    if (fd < 0) {
+      throw EnvironmentError(fmt::format(
+          "rendezvous: rank {} could not reach rank 0 at {} within {:.1f} s (is rank 0 running, "
+          "and MASTER_ADDR/MASTER_PORT the same for every rank?)",
+          world_.rank, where, timeout_.count() / 1e3));
+    }
+    set_nodelay(fd);
+    const Header h{kMagic, static_cast<uint32_t>(world_.rank), static_cast<uint32_t>(world_.size),
+                   0, 0};
+    if (!send_all(fd, &h, sizeof(h))) {
+      ::close(fd);
+      throw EnvironmentError(fmt::format("rendezvous: rank 0 at {} closed the connection", where));
+    }
+    peers_ = {fd};
+  }
+}
+
+Rendezvous::~Rendezvous() {
+  for (int fd : peers_) {
+    if (fd >= 0) ::close(fd);
+  }
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+std::vector<std::string> Rendezvous::all_gather(const std::string& mine) {
+  if (world_.size == 1) return {mine};
+  if (mine.size() > kMaxBlob) throw InternalError("rendezvous blob over 64 MiB");
+  const auto deadline = Clock::now() + timeout_;
+  std::vector<std::string> all(world_.size);
+  const auto lost = [&](int rank, Recv why) {
+    return EnvironmentError(
+        why == Recv::kTimeout
+            ? fmt::format("rendezvous: rank {} waited {:.1f} s for rank {} in all_gather (it is "
+                          "stuck, or out of step: every rank must make the same calls)",
+                          world_.rank, timeout_.count() / 1e3, rank)
+            : fmt::format("rendezvous: rank {} lost rank {} during all_gather (it exited or "
+                          "crashed)",
+                          world_.rank, rank));
+  };
+  if (world_.rank == 0) {
+    all[0] = mine;
+    for (int r = 1; r < world_.size; ++r) {
+      uint64_t n = 0;
+      Recv st = recv_all(peers_[r], &n, sizeof(n), deadline);
+      if (st == Recv::kOk && n > kMaxBlob) st = Recv::kClosed;
+      if (st == Recv::kOk) {
+        all[r].resize(n);
+        st = recv_all(peers_[r], all[r].data(), n, deadline);
+      }
+      if (st != Recv::kOk) throw lost(r, st);
+    }
+    std::string packed;
+    for (const std::string& b : all) {
+      const uint64_t n = b.size();
+      packed.append(reinterpret_cast<const char*>(&n), sizeof(n));
+      packed += b;
+    }
+    for (int r = 1; r < world_.size; ++r) {
+      if (!send_all(peers_[r], packed.data(), packed.size())) throw lost(r, Recv::kClosed);
+    }
+  } else {
+    const uint64_t n = mine.size();
+    if (!send_all(peers_[0], &n, sizeof(n)) || !send_all(peers_[0], mine.data(), mine.size()))
+      throw lost(0, Recv::kClosed);
+    for (int r = 0; r < world_.size; ++r) {
+      uint64_t len = 0;
+      Recv st = recv_all(peers_[0], &len, sizeof(len), deadline);
+      if (st == Recv::kOk && len > kMaxBlob) st = Recv::kClosed;
+      if (st == Recv::kOk) {
+        all[r].resize(len);
+        st = recv_all(peers_[0], all[r].data(), len, deadline);
+      }
+      if (st != Recv::kOk) throw lost(0, st);
+    }
+  }
+  return all;
+}
+
+}  // namespace mkc::rt

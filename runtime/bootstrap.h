@@ -1,0 +1,63 @@
+// Bootstrap: how one process of a job learns its place in it, and how the processes first talk.
+//
+// detect_world() reads the launcher's environment — mkc's own MKC_* variables (set by hand or by a
+// program), torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT;
+// `mkrun` sets the same), Open MPI's (OMPI_COMM_WORLD_*) or Slurm's (SLURM_PROCID, SLURM_NTASKS,
+// SLURM_LOCALID, ...) — in that order of precedence; with none of them the process is a job of one.
+//
+// Rendezvous is a TCP star around rank 0 (MASTER_ADDR:MASTER_PORT) that the runtime uses to swap
+// small blobs (memory handles, queue-pair numbers) before any GPU traffic: all_gather() and
+// barrier(). Every step has a deadline; a rank that never comes, or goes away, is named in the
+// error instead of a hang.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace mkc::rt {
+
+struct World {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string source = "single process";  // which launcher's variables were used
+  bool single_node() const { return local_size == size; }
+};
+
+// getenv, or a map in tests.
+using EnvFn = std::function<const char*(const char*)>;
+
+// Throws UserError naming the variables when they are incomplete or inconsistent (a rank outside
+// the world, a local rank outside the node, a bad number, multi-node without MASTER_ADDR).
+World detect_world(const EnvFn& env);
+World detect_world();  // from the process environment
+
+class Rendezvous {
+ public:
+  // Rank 0 listens on world.master_port (all interfaces) and waits for the other ranks; the others
+  // connect to master_addr:master_port, retrying until rank 0 listens. Throws EnvironmentError
+  // after `timeout` naming the ranks that never came (rank 0) or the address that never answered.
+  Rendezvous(const World& world, std::chrono::milliseconds timeout);
+  ~Rendezvous();
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+
+  // Every rank's blob, in rank order, on every rank. Blobs may differ in size (up to 64 MiB).
+  std::vector<std::string> all_gather(const std::string& mine);
+  void barrier() { all_gather(std::string()); }
+
+  const World& world() const { return world_; }
+
+ private:
+  World world_;
+  std::chrono::milliseconds timeout_;
+  int listen_fd_ = -1;
+  std::vector<int> peers_;  // rank 0: the socket of rank r at [r]; others: [0] = rank 0
+};
+
+}  // namespace mkc::rt

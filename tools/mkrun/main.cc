@@ -1,0 +1,194 @@
+// mkrun: start an N-process job on this machine, the way torchrun would, for programs that use
+// mkc's runtime one rank per process (or any program that reads torchrun's variables).
+//
+//   mkrun -n N [--port P] [--grace S] [--] CMD [ARGS...]
+//
+// Each child i gets RANK=i, WORLD_SIZE=N, LOCAL_RANK=i, LOCAL_WORLD_SIZE=N, MASTER_ADDR=127.0.0.1
+// and MASTER_PORT (P, or a free port). mkrun waits for all of them. When one fails (non-zero exit
+// or a signal) it says which, stops the others (SIGTERM, then SIGKILL after the grace period,
+// default 5 s) and exits with the failing rank's code (128 + signal for a signal); no orphans are
+// left holding GPUs. SIGINT/SIGTERM to mkrun are passed on to the children. Multi-node jobs use
+// torchrun, mpirun or srun instead: mkc reads their variables too (runtime/bootstrap.h).
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: mkrun -n N [--port P] [--grace SECONDS] [--] CMD [ARGS...]\n"
+    "  starts N processes of CMD on this machine with torchrun's variables (RANK, WORLD_SIZE,\n"
+    "  LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT); stops them all when one fails.\n";
+
+volatile std::sig_atomic_t g_signal = 0;
+
+void on_signal(int sig) {
+  g_signal = sig;
+}
+
+// A port nobody listens on now (the kernel picks it; small race, as with every launcher).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  int port = 29500;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+int parse_positive(const std::string& flag, const char* text) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || v < 1 || v > 1 << 16) {
+    fmt::print(stderr, "mkrun: {} {}: expected a positive number\n{}", flag, text, kUsage);
+    std::exit(1);
+  }
+  return static_cast<int>(v);
+}
+
+int code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with code {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
+                       strsignal(WTERMSIG(status)));
+  return "stopped";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int n = 0, port = 0, grace = 5;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a == "-h" || a == "--help") {
+      fmt::print("{}", kUsage);
+      return 0;
+    }
+    if ((a == "-n" || a == "--port" || a == "--grace") && i + 1 >= argc) {
+      fmt::print(stderr, "mkrun: {} needs a value\n{}", a, kUsage);
+      return 1;
+    }
+    if (a == "-n") {
+      n = parse_positive(a, argv[++i]);
+    } else if (a == "--port") {
+      port = parse_positive(a, argv[++i]);
+    } else if (a == "--grace") {
+      grace = parse_positive(a, argv[++i]);
+    } else if (!a.empty() && a[0] == '-') {
+      fmt::print(stderr, "mkrun: unknown option `{}`\n{}", a, kUsage);
+      return 1;
+    } else {
+      break;
+    }
+  }
+  if (n == 0 || i >= argc) {
+    fmt::print(stderr, "mkrun: {}\n{}", n == 0 ? "-n N is required" : "no command given", kUsage);
+    return 1;
+  }
+  if (port == 0) port = free_port();
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  std::vector<pid_t> pids(n, -1);
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      fmt::print(stderr, "mkrun: fork failed: {}\n", std::strerror(errno));
+      for (pid_t p : pids)
+        if (p > 0) kill(p, SIGKILL);
+      return 2;
+    }
+    if (pid == 0) {
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      execvp(argv[i], argv + i);
+      fmt::print(stderr, "mkrun: cannot run `{}`: {}\n", argv[i], std::strerror(errno));
+      _exit(127);
+    }
+    pids[r] = pid;
+  }
+
+  int alive = n, result = 0, failed_rank = -1;
+  bool stopping = false;
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  const auto stop_all = [&](int sig) {
+    for (pid_t p : pids)
+      if (p > 0) kill(p, sig);
+  };
+  while (alive > 0) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      int r = 0;
+      while (r < n && pids[r] != pid) ++r;
+      if (r == n) continue;
+      pids[r] = -1;
+      --alive;
+      if (code_of(status) != 0 && failed_rank < 0 && !stopping) {
+        failed_rank = r;
+        result = code_of(status);
+        fmt::print(stderr, "mkrun: rank {} {}; stopping the other {} rank(s)\n", r,
+                   describe(status), alive);
+      }
+      if (failed_rank >= 0 && !stopping && alive > 0) {
+        stopping = true;
+        stop_all(SIGTERM);
+        stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace);
+      }
+      continue;
+    }
+    if (g_signal != 0 && !stopping) {
+      fmt::print(stderr, "mkrun: got signal {}; stopping {} rank(s)\n", static_cast<int>(g_signal),
+                 alive);
+      stopping = true;
+      result = 128 + g_signal;
+      stop_all(SIGTERM);
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace);
+    }
+    if (stopping && std::chrono::steady_clock::now() > stop_deadline) {
+      fmt::print(stderr, "mkrun: {} rank(s) still running after {} s; killing them\n", alive,
+                 grace);
+      stop_all(SIGKILL);
+      stop_deadline = std::chrono::steady_clock::time_point::max();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return result;
+}
