@@ -52,11 +52,13 @@ class Generator {
     classes();
     for (const Task* t : class_tasks_) {
       if (const int bn = tma_tile_n(*t)) {
-        // Three warpgroups (templates/mkc/gemm_sm90.cuh) and its shared-memory ring:
-        // stages x (A 16 KB + B bn x 128 bytes) + 256 B of header + alignment slack.
-        const int stages = bn == 256 ? 4 : 6;
+        // Three warpgroups (templates/mkc/gemm_sm90.cuh, Shape) and its shared-memory ring:
+        // as many stages of (A bm x 128 bytes + B bn x 128 bytes) as fit in 192 KB, at most 8,
+        // + 256 B of header + alignment slack.
+        const int stage = (tma_tile_m(*t) + bn) * 128;
+        const int stages = std::min(8, 196608 / stage);
         g.threads = 384;
-        g.dynamic_smem = std::max(g.dynamic_smem, stages * (16384 + bn * 128) + 2048);
+        g.dynamic_smem = std::max(g.dynamic_smem, stages * stage + 2048);
       }
     }
 
@@ -114,7 +116,7 @@ class Generator {
       key += std::string(":") + compiler::dtype_name(p_.buffers[v.buffer].dtype);
     if (t.kind == TaskKind::kGemmTile) {
       key += fmt::format(":fn{}:bias{}", t.args[5], t.args[6]);
-      if (const int bn = tma_tile_n(t)) key += fmt::format(":tma{}", bn);
+      if (const int bn = tma_tile_n(t)) key += fmt::format(":tma{}x{}", tma_tile_m(t), bn);
     }
     if (t.kind == TaskKind::kGroupedGemmTile) key += fmt::format(":fn{}", t.args[4]);
     if (t.kind == TaskKind::kMapTile) key += fmt::format(":fn{}", t.args[2]);
@@ -134,6 +136,8 @@ class Generator {
     }
     return t.args[3] - t.args[2] > 128 ? 256 : 128;
   }
+  // Its rows: 64 for tiles of at most 64 rows (the consumers then split the columns), else 128.
+  static int tma_tile_m(const Task& t) { return t.args[1] - t.args[0] <= 64 ? 64 : 128; }
 
   int tensor_map(const plan::View& v, int box_rows, int box_cols) {
     TensorMapSpec m;
@@ -215,11 +219,11 @@ class Generator {
         case TaskKind::kGemmTile:
           if (const int bn = tma_tile_n(t)) {
             line("  extern __shared__ unsigned char mkc_smem[];");
-            line(
-                fmt::format("  mkc::sm90::gemm_tile_tma<{}, {}, {}, {}>(a, v, args, kBuffers, "
-                            "mkc_smem, next_args, next_v, {}{{}});",
-                            type_of(t, 0), type_of(t, 2), t.args[6] ? type_of(t, 3) : type_of(t, 2),
-                            bn, fn_type(t.args[5])));
+            line(fmt::format(
+                "  mkc::sm90::gemm_tile_tma<{}, {}, {}, {}, {}>(a, v, args, kBuffers, mkc_smem, "
+                "next_args, next_v, {}{{}});",
+                type_of(t, 0), type_of(t, 2), t.args[6] ? type_of(t, 3) : type_of(t, 2),
+                tma_tile_m(t), bn, fn_type(t.args[5])));
           } else {
             line(fmt::format("  mkc::gemm_tile<{}, {}, {}, {}>(a, v, args, kBuffers, {}{{}});",
                              type_of(t, 0), type_of(t, 1), type_of(t, 2),
@@ -322,7 +326,7 @@ class Generator {
       std::vector<int64_t> targs = t.args;
       if (tma_tile_n(t)) {
         // The tensor maps of A (128 x 64 boxes) and B (64 x 64 boxes): args 7 and 8.
-        targs.push_back(tensor_map(t.views[0], 128, 64));
+        targs.push_back(tensor_map(t.views[0], tma_tile_m(t), 64));
         targs.push_back(tensor_map(t.views[1], 64, 64));
       }
       if (!targs.empty()) args += fmt::format("    {},\n", fmt::join(targs, ", "));

@@ -233,12 +233,21 @@ class Lowerer {
     if (op.tile.empty()) {
       // The default: the wide tile (half the operand traffic per flop of 128 x 128) when there
       // are enough of them to occupy every SM; else the narrow one, for twice the parallelism.
-      const int64_t wide = cdiv(M, 128) * cdiv(N, 256);
-      if (wide >= opts_.sms) bn = 256;
+      // Few rows: 64-row tiles, twice as many CTAs busy (decode-like shapes, skinny GEMMs).
+      const int64_t wide = cdiv(M, 128) * cdiv(N, 256), square = cdiv(M, 128) * cdiv(N, 128);
+      std::string why;
+      if (wide >= opts_.sms) {
+        bn = 256;
+        why = fmt::format("{} tiles of 128 x 256 >= {} SMs", wide, opts_.sms);
+      } else if (square >= opts_.sms) {
+        why = fmt::format("{} tiles of 128 x 256 < {} SMs <= {} of 128 x 128", wide, opts_.sms,
+                          square);
+      } else {
+        bm = 64;
+        why = fmt::format("{} tiles of 128 x 128 < {} SMs", square, opts_.sms);
+      }
       plan_.decisions.push_back(
-          Decision{name_of(op), fmt::format("tile({}, {}, {})", bm, bn, bk),
-                   fmt::format("default: {} tiles of 128 x 256 {} {} SMs", wide,
-                               wide >= opts_.sms ? ">=" : "<", opts_.sms)});
+          Decision{name_of(op), fmt::format("tile({}, {}, {})", bm, bn, bk), "default: " + why});
     } else {
       bm = op.tile[0];
       bn = op.tile.size() > 1 ? op.tile[1] : bn;

@@ -1,7 +1,8 @@
 // The Hopper GEMM tile: C[m0:m1, n0:n1] = fn(A x B (+ bias)) with bf16/f16 inputs, f32
 // accumulation, `wgmma` tensor-core instructions fed by TMA bulk tensor copies.
 //
-// One CTA of 384 threads (three warpgroups) computes 128 x BN output tiles (BN = 128 or 256):
+// One CTA of 384 threads (three warpgroups) computes BM x BN output tiles (128 x 256, 128 x 128 or,
+// for few rows, 64 x 128 / 64 x 256 where the consumers split the columns):
 //   - warpgroup 0 is the producer: one thread issues, for each K step of 64, a TMA copy of the A
 //     tile (128 x 64, K-major) and of the B tile (64 x BN, N-major, in 64-column boxes) into one
 //     stage of a STAGES-deep shared-memory ring, completing on that stage's `full` mbarrier;
@@ -32,17 +33,20 @@ namespace mkc {
 
 namespace sm90 {
 
-constexpr int kBM = 128;       // rows of a tile (two consumer warpgroups of 64)
 constexpr int kBK = 64;        // K step: 64 bf16 = one 128-byte swizzle row
 constexpr int kThreads = 384;  // producer + two consumers
-constexpr int kABytes = kBM * kBK * 2;
 
-template <int BN>
+// A BM x BN tile (BM = 128: each consumer warpgroup takes 64 rows and all BN columns; BM = 64:
+// each takes all 64 rows and BN / 2 columns, for shapes with few rows).
+template <int BM, int BN>
 struct Shape {
+  static constexpr int kABytes = BM * kBK * 2;
   static constexpr int kBBytes = kBK * BN * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  // As deep as fits beside the rest of the kernel's shared memory: 4 x 48 KB or 6 x 32 KB.
-  static constexpr int kStages = BN == 256 ? 4 : 6;
+  // As deep as 192 KB allows (4 x 48 KB, 6 x 32 KB, 8 x 24 KB), at most 8 (the header's room).
+  static constexpr int kStages = 196608 / kStageBytes < 8 ? 196608 / kStageBytes : 8;
+  static constexpr int kWarpgroupN = BM == 128 ? BN : BN / 2;  // columns per consumer
+  static constexpr int kKey = BM * 1000 + BN;                  // the ring's geometry
   // Header (pipeline state, mbarriers) + slack to align the ring to 1024 bytes + the ring.
   static constexpr int kSmemBytes = kStages * kStageBytes + 2048;
 };
@@ -119,6 +123,34 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 // D(64 x N, f32) += A(64 x 16, K-major) x B(16 x N, N-major); scale-d = 1, B transposed.
+__device__ __forceinline__ void wgmma_m64n64k16_bf16(float* d, u64 da, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_m64n64k16_f16(float* d, u64 da, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, "
+      "%10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, "
+      "%28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(1));
+}
+
 __device__ __forceinline__ void wgmma_m64n128k16_bf16(float* d, u64 da, u64 db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -232,11 +264,17 @@ __device__ __forceinline__ void wgmma_m64n256k16_f16(float* d, u64 da, u64 db) {
 template <typename T, int BN>
 __device__ __forceinline__ void wgmma_tile(float* d, u64 da, u64 db) {
   constexpr bool bf = is_same<T, __nv_bfloat16>::value;
+  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma tiles are 64, 128 or 256 wide here");
   if constexpr (BN == 256) {
     if constexpr (bf)
       wgmma_m64n256k16_bf16(d, da, db);
     else
       wgmma_m64n256k16_f16(d, da, db);
+  } else if constexpr (BN == 64) {
+    if constexpr (bf)
+      wgmma_m64n64k16_bf16(d, da, db);
+    else
+      wgmma_m64n64k16_f16(d, da, db);
   } else {
     if constexpr (bf)
       wgmma_m64n128k16_bf16(d, da, db);
@@ -382,11 +420,11 @@ __device__ __forceinline__ void reset_pipeline(unsigned char* smem) {
 #if MKC_HAS_WGMMA
 // One stage load: A box (k, row m), B boxes (columns n.., k), completing on full[n % stages]
 // after the consumers released the stage's previous use.
-template <int BN>
+template <int BM, int BN>
 __device__ __forceinline__ void load_stage(unsigned n, unsigned char* ring, u64* full, u64* empty,
                                            const TensorMap* map_a, const TensorMap* map_b,
                                            long long m, long long nn, int kt, u64 timeout_ns) {
-  using S = Shape<BN>;
+  using S = Shape<BM, BN>;
   const int s = n % S::kStages;
   if (n >= static_cast<unsigned>(S::kStages))
     mbar_wait(empty + s, ((n / S::kStages) - 1) & 1, timeout_ns);
@@ -395,23 +433,23 @@ __device__ __forceinline__ void load_stage(unsigned n, unsigned char* ring, u64*
   tma_load_2d(st, map_a, kt * kBK, static_cast<int>(m), full + s);
 #pragma unroll
   for (int j = 0; j < BN / 64; ++j)
-    tma_load_2d(st + kABytes + j * (kBK * 128), map_b, static_cast<int>(nn) + 64 * j, kt * kBK,
+    tma_load_2d(st + S::kABytes + j * (kBK * 128), map_b, static_cast<int>(nn) + 64 * j, kt * kBK,
                 full + s);
 }
 #endif
 
 // The task: args {m0, m1, n0, n1, k_step, fn, has_bias, map A, map B}; views {A, B, C[, bias]}.
-// Needs kThreads threads and Shape<BN>::kSmemBytes of dynamic shared memory (`smem`, reset by
+// Needs kThreads threads and Shape<BM, BN>::kSmemBytes of dynamic shared memory (`smem`, reset by
 // reset_pipeline at kernel start). `next_args`/`next_v`: the CTA's next task when it is a task
 // of this same class with no waits (else null): once this task's loads are issued, the producer
 // loads the first stages of that task's first tile, so they arrive during this epilogue.
-template <typename TAB, typename TC, typename TBias, int BN, typename Fn>
+template <typename TAB, typename TC, typename TBias, int BM, int BN, typename Fn>
 __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long long* args, int nb,
                               unsigned char* smem, const long long* next_args, const View* next_v,
                               Fn fn) {
 #if MKC_HAS_WGMMA
-  using S = Shape<BN>;
-  constexpr int kStages = S::kStages;
+  using S = Shape<BM, BN>;
+  constexpr int kStages = S::kStages, WN = S::kWarpgroupN;
   static_assert(kStages <= 8, "the header holds 8 mbarriers of each kind");
   TC* C = view_ptr<TC>(a, v[2], nb);
   const TBias* bias = args[6] ? view_ptr<TBias>(a, v[3], nb) : nullptr;
@@ -426,13 +464,13 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   // A ring of another geometry (or none) is drained (no other class prefetches into it): start
   // afresh.
-  if (threadIdx.x == 0 && ps->bn != BN) {
+  if (threadIdx.x == 0 && ps->bn != S::kKey) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full + s, 1);
       mbar_init(empty + s, 2);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    ps->bn = BN;
+    ps->bn = S::kKey;
     ps->next_load = ps->next_consume = 0;
     ps->prefetched = 0;
     ps->prefetched_args = nullptr;
@@ -444,10 +482,10 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
       const TensorMap* map_b = a.tensor_maps + args[8];
       unsigned n = ps->next_load;
       int skip = ps->prefetched_args == args ? ps->prefetched : 0;
-      for (long long mt = m0; mt < m1; mt += kBM) {
+      for (long long mt = m0; mt < m1; mt += BM) {
         for (long long nt = n0; nt < n1; nt += BN) {
           for (int kt = skip; kt < ktiles; ++kt)
-            load_stage<BN>(n++, ring, full, empty, map_a, map_b, mt, nt, kt, a.timeout_ns);
+            load_stage<BM, BN>(n++, ring, full, empty, map_a, map_b, mt, nt, kt, a.timeout_ns);
           skip = 0;
         }
       }
@@ -459,8 +497,8 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
         const TensorMap* next_a = a.tensor_maps + next_args[7];
         const TensorMap* next_b = a.tensor_maps + next_args[8];
         for (int kt = 0; kt < pre; ++kt)
-          load_stage<BN>(n++, ring, full, empty, next_a, next_b, next_args[0], next_args[2], kt,
-                         a.timeout_ns);
+          load_stage<BM, BN>(n++, ring, full, empty, next_a, next_b, next_args[0], next_args[2], kt,
+                             a.timeout_ns);
       }
       ps->next_load = n;
       ps->prefetched = pre;
@@ -469,11 +507,13 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
   } else {
     const int w = wg - 1;
     unsigned c = ps->next_consume;
-    for (long long mt = m0; mt < m1; mt += kBM) {
+    // This warpgroup's part of each tile: rows row_off.., columns col_off..
+    const int row_off = BM == 128 ? 64 * w : 0, col_off = BM == 128 ? 0 : WN * w;
+    for (long long mt = m0; mt < m1; mt += BM) {
       for (long long nt = n0; nt < n1; nt += BN) {
-        float acc[BN / 2];
+        float acc[WN / 2];
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+        for (int i = 0; i < WN / 2; ++i) acc[i] = 0.0f;
         for (int kt = 0; kt < ktiles; ++kt, ++c) {
           const int s = c % kStages;
           mbar_wait(full + s, (c / kStages) & 1, a.timeout_ns);
@@ -482,11 +522,13 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
 #pragma unroll
           for (int kk = 0; kk < kBK / 16; ++kk) {
             // A: this warpgroup's 64 rows, K-major; 16 elements of K = 32 bytes along the row.
-            const u64 da = smem_desc(st + w * 64 * 128 + kk * 32, 16, 1024);
+            const u64 da = smem_desc(st + row_off * 128 + kk * 32, 16, 1024);
             // B: N-major, 16 rows of K = 2 KB down; 64-column boxes 8 KB apart (leading), groups
-            // of 8 K rows 1 KB apart (stride).
-            const u64 db = smem_desc(st + kABytes + kk * 16 * 128, kBK * 128, 1024);
-            wgmma_tile<TAB, BN>(acc, da, db);
+            // of 8 K rows 1 KB apart (stride); this warpgroup's columns start col_off / 64 boxes
+            // in.
+            const u64 db = smem_desc(st + S::kABytes + (col_off / 64) * (kBK * 128) + kk * 16 * 128,
+                                     kBK * 128, 1024);
+            wgmma_tile<TAB, WN>(acc, da, db);
           }
           wgmma_commit();
           // The stage before is done with: give it back to the producer.
@@ -495,7 +537,7 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
         }
         wgmma_wait<0>();
         if (t == 0) mbar_arrive(empty + (c - 1) % kStages);
-        store_tile<TC, TBias, BN>(acc, C, ldc, bias, mt + w * 64, nt, m1, n1, t, fn);
+        store_tile<TC, TBias, WN>(acc, C, ldc, bias, mt + row_off, nt + col_off, m1, n1, t, fn);
       }
     }
     if (threadIdx.x == 128) ps->next_consume = c;

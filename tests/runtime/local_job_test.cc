@@ -97,10 +97,11 @@ GPU_TEST_CASE("every sample on the local GPUs matches the reference over three l
   }
 }
 
-// The GEMM tile paths: the TMA + wgmma template (templates/mkc/gemm_sm90.cuh) with 256- and
-// 128-wide tiles, ragged M, N and K (TMA zero fill, guarded stores), f16 inputs with an f32
-// output, bias plus a device-function epilogue; and the portable tile where TMA cannot go (rows
-// of 200 bytes are not 16-byte multiples). Each against the fp64 reference on random data.
+// The GEMM tile paths: the TMA + wgmma template (templates/mkc/gemm_sm90.cuh) with 128 x 256,
+// 128 x 128, 64 x 128 and 64 x 256 tiles, ragged M, N and K (TMA zero fill, guarded stores), f16
+// inputs with an f32 output, bias plus a device-function epilogue; and the portable tile where TMA
+// cannot go (rows of 200 bytes are not 16-byte multiples). Each against the fp64 reference on
+// random data.
 GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; the portable tile") {
   const plan::HostFns fns = {
       {"softplus", [](const std::vector<double>& a) { return std::log1p(std::exp(a[0])); }}};
@@ -115,6 +116,8 @@ GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; the 
   const Variant variants[] = {
       {"bf16_256", "bf16", "bf16", "128, 256, 64", 300, 520, 136, true},
       {"f16_128_f32out", "f16", "f32", "128, 128, 64", 257, 200, 72, true},
+      {"bf16_64x128", "bf16", "bf16", "64, 128, 64", 200, 392, 136, true},
+      {"f16_64x256_f32out", "f16", "f32", "64, 256, 64", 130, 296, 200, true},
       {"bf16_portable", "bf16", "bf16", "128, 128, 64", 130, 70, 100, false},
   };
   for (const Variant& v : variants) {
