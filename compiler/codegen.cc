@@ -59,6 +59,8 @@ class Generator {
         const int stages = std::min(8, 196608 / stage);
         g.threads = 384;
         g.dynamic_smem = std::max(g.dynamic_smem, stages * stage + 2048);
+        // templates/mkc/gemm_sm80.cuh: two stages of A 128 x 40 and B 32 x 136 elements.
+        g.portable_smem = 2 * (128 * 40 + 32 * 136) * 2 + 128;
       }
     }
 

@@ -46,7 +46,8 @@ struct Generated {
   uint64_t source_hash = 0;  // of the .mks text, defines and world size
   int threads = 256;         // block size the kernel is built for
   int ctas = 0;              // grid size
-  int dynamic_smem = 0;      // bytes of dynamic shared memory per CTA
+  int dynamic_smem = 0;      // bytes of dynamic shared memory per CTA (Hopper, sm_90a)
+  int portable_smem = 0;     // the same on GPUs before Hopper (the mma.sync tile's stages)
   std::vector<TensorMapSpec> tensor_maps;
 };
 

@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "support/error.h"
 
 namespace mkc::rt {
@@ -78,6 +80,10 @@ void throw_cu_error(const Driver& drv, CUresult code, const char* call, const ch
 }
 
 std::string DeviceInfo::arch() const {
+  // $MKC_ARCH overrides (e.g. sm_90 on a Hopper GPU: the kernels without wgmma, for testing the
+  // portable templates there).
+  if (const char* forced = std::getenv("MKC_ARCH"); forced != nullptr && *forced != '\0')
+    return forced;
   // Hopper's wgmma and setmaxnreg exist only in the arch-specific target.
   if (cc_major == 9 && cc_minor == 0) return "sm_90a";
   return fmt::format("sm_{}{}", cc_major, cc_minor);

@@ -102,6 +102,11 @@ LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin,
     CtxScope scope(d, rk->ctx);
     MKC_CU(d, cuModuleLoadData, &rk->mod, cubin.data());
     MKC_CU(d, cuModuleGetFunction, &rk->fn, rk->mod, kernel_.c_str());
+    // Before Hopper the GEMM tile is the mma.sync one, with its own (smaller) staging.
+    int cc_major = 0;
+    MKC_CU(d, cuDeviceGetAttribute, &cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+           rk->dev);
+    if (cc_major < 9 && r == 0) smem_ = kernel.portable_smem;
     if (smem_ > 0)
       MKC_CU(d, cuFuncSetAttribute, rk->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_);
     // Every CTA must be resident at once: a persistent kernel's CTAs wait on each other.

@@ -18,9 +18,11 @@
 // side; stores are guarded. The rank of a task that uses it makes no difference: the maps hold
 // the addresses of the views, wherever they live.
 //
-// Without sm_90a (no wgmma), the same entry point falls back to the portable tile in tasks.cuh.
+// Without sm_90a (no wgmma), the same entry point runs the mma.sync tile of gemm_sm80.cuh (sm_80
+// and later, 16-byte aligned rows) or else the scalar tile in tasks.cuh.
 #pragma once
 
+#include "mkc/gemm_sm80.cuh"
 #include "mkc/tasks.cuh"
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -545,10 +547,11 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
   // The state is published before the next task reads it.
   __syncthreads();
 #else
-  (void)smem;
   (void)next_args;
   (void)next_v;
-  gemm_tile<TAB, TAB, TC, TBias>(a, v, args, nb, fn);
+  // No wgmma: mma.sync on sm_80+ where the rows allow 16-byte copies, else the scalar tile.
+  if (!sm80::gemm_tile_mma<TAB, TC, TBias>(a, v, args, nb, smem, fn))
+    gemm_tile<TAB, TAB, TC, TBias>(a, v, args, nb, fn);
 #endif
 }
 
