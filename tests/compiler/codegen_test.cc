@@ -1,7 +1,8 @@
 // Code generation and the JIT: every sample becomes an sm_90a cubin through NVRTC (default shapes,
 // two ranks) with no register spills; generation is deterministic; the disk cache hits, survives a
 // corrupt entry and several processes compiling at once; an error in a device function points at
-// its .mks line; the checked-in example under docs/ matches what the generator writes today.
+// its .mks line; the checked-in example under docs/ matches what the generator writes today; GEMM
+// tasks get the wgmma tile, its shared memory and tensor maps where the operands allow it.
 #include "compiler/codegen.h"
 
 #include <doctest/doctest.h>
@@ -73,6 +74,55 @@ TEST_CASE("every sample compiles to an sm_90a cubin without spills") {
     CHECK_MESSAGE(out.spill_bytes == 0, entry.path() << " spills " << out.spill_bytes << " bytes");
   }
   CHECK(samples >= 10);
+}
+
+// Which GEMM tile the generator picks, and what it asks the runtime for: the wgmma tile (three
+// warpgroups, a ring of dynamic shared memory, a TMA descriptor per operand view with the tile's
+// boxes) where the rows are 16-byte aligned bf16/f16, the portable tile otherwise; the default
+// tile follows the shape.
+TEST_CASE("GEMM: the tile template, its tensor maps and the default tile for the shape") {
+  const auto gemm = [](const char* ab, int64_t m, int64_t n, int64_t k, const char* tile) {
+    return std::make_shared<dsl::SourceFile>(
+        "g.mks", fmt::format("schedule g {{\n  param M = {}, N = {}, K = {}\n  input A : {}[M, "
+                             "K]\n  input B : {}[K, N]\n  output C : f32[M, N]\n  compute mm = "
+                             "gemm(A, B -> C){}\n}}\n",
+                             m, n, k, ab, ab, tile));
+  };
+  {
+    auto c = build(gemm("bf16", 8192, 8192, 8192, ""), 1);
+    const codegen::Generated& g = c->kernels[0];
+    CHECK(g.threads == 384);
+    CHECK(g.dynamic_smem == 4 * 49152 + 2048);
+    CHECK(g.source.find("gemm_tile_tma<__nv_bfloat16, float, float, 128, 256>") !=
+          std::string::npos);
+    REQUIRE(g.tensor_maps.size() == 2u);  // A and B, shared by every tile
+    CHECK(g.tensor_maps[0].box_rows == 128);
+    CHECK(g.tensor_maps[0].box_cols == 64);
+    CHECK(g.tensor_maps[0].rows == 8192);
+    CHECK(g.tensor_maps[1].box_rows == 64);
+    CHECK(c->plans[0].decisions.at(0).choice == "tile(128, 256, 64)");
+  }
+  {
+    // Few rows: 64-row tiles (the consumers split the columns), f16 works the same way.
+    auto c = build(gemm("f16", 128, 8192, 1024, ""), 1);
+    CHECK(c->plans[0].decisions.at(0).choice == "tile(64, 128, 64)");
+    CHECK(c->kernels[0].source.find("gemm_tile_tma<__half, float, float, 64, 128>") !=
+          std::string::npos);
+    CHECK(c->kernels[0].tensor_maps.at(0).box_rows == 64);
+    CHECK(c->kernels[0].dynamic_smem == 8 * 24576 + 2048);
+  }
+  {
+    auto c = build(gemm("bf16", 2048, 2048, 512, ""), 1);  // 128 wide tiles < 132 SMs <= 256
+    CHECK(c->plans[0].decisions.at(0).choice == "tile(128, 128, 64)");
+  }
+  {
+    // Rows of 100 bf16 (200 bytes) cannot be TMA boxes: the portable tile, no maps, 256 threads.
+    auto c = build(gemm("bf16", 256, 256, 100, " tile(128, 128, 64)"), 1);
+    CHECK(c->kernels[0].tensor_maps.empty());
+    CHECK(c->kernels[0].threads == 256);
+    CHECK(c->kernels[0].dynamic_smem == 0);
+    CHECK(c->kernels[0].source.find("gemm_tile_tma") == std::string::npos);
+  }
 }
 
 TEST_CASE("generation is deterministic") {
