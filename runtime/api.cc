@@ -126,13 +126,7 @@ double Kernel::time(int iters) {
 }
 
 int Kernel::trace(const std::string& path) {
-  rt::LocalJob& j = *impl_->job;
-  j.set_trace(true);
-  j.launch();
-  std::vector<std::vector<uint64_t>> per_rank;
-  for (int r = 0; r < j.ranks(); ++r) per_rank.push_back(j.trace(r));
-  j.set_trace(false);
-  return rt::write_chrome_trace(path, impl_->c->plans[0], per_rank);
+  return rt::traced_launch(*impl_->job, impl_->c->plans[0], path);
 }
 
 const plan::Plan& Kernel::plan() const {

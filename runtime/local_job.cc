@@ -95,6 +95,8 @@ LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin,
         "the plan is for {} ranks but this machine has {} GPU(s); compile with --ranks {}", n,
         device_count(), device_count()));
   }
+  // Before Hopper the GEMM tile is the mma.sync one, with its own (smaller) staging.
+  if (device_info(0).cc_major < 9) smem_ = kernel.portable_smem;
   for (int r = 0; r < n; ++r) {
     auto rk = std::make_unique<Rank>();
     MKC_CU(d, cuDeviceGet, &rk->dev, r);
@@ -102,11 +104,6 @@ LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin,
     CtxScope scope(d, rk->ctx);
     MKC_CU(d, cuModuleLoadData, &rk->mod, cubin.data());
     MKC_CU(d, cuModuleGetFunction, &rk->fn, rk->mod, kernel_.c_str());
-    // Before Hopper the GEMM tile is the mma.sync one, with its own (smaller) staging.
-    int cc_major = 0;
-    MKC_CU(d, cuDeviceGetAttribute, &cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-           rk->dev);
-    if (cc_major < 9 && r == 0) smem_ = kernel.portable_smem;
     if (smem_ > 0)
       MKC_CU(d, cuFuncSetAttribute, rk->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_);
     // Every CTA must be resident at once: a persistent kernel's CTAs wait on each other.

@@ -61,4 +61,13 @@ int write_chrome_trace(const std::string& path, const plan::Plan& plan,
   return events;
 }
 
+int traced_launch(LocalJob& job, const plan::Plan& plan, const std::string& path) {
+  job.set_trace(true);
+  job.launch();
+  std::vector<std::vector<uint64_t>> per_rank;
+  for (int r = 0; r < job.ranks(); ++r) per_rank.push_back(job.trace(r));
+  job.set_trace(false);
+  return write_chrome_trace(path, plan, per_rank);
+}
+
 }  // namespace mkc::rt

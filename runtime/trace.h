@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compiler/plan.h"
+#include "runtime/local_job.h"
 
 namespace mkc::rt {
 
@@ -16,5 +17,9 @@ namespace mkc::rt {
 // Returns the number of events written; throws EnvironmentError when the file cannot be written.
 int write_chrome_trace(const std::string& path, const plan::Plan& plan,
                        const std::vector<std::vector<uint64_t>>& per_rank);
+
+// One traced launch of `job` (built from `plan`) on every rank, written to `path`; returns the
+// number of task events. Tracing is off again afterwards.
+int traced_launch(LocalJob& job, const plan::Plan& plan, const std::string& path);
 
 }  // namespace mkc::rt

@@ -519,12 +519,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       out.flush();
     }
     if (!trace_path.empty()) {
-      job.set_trace(true);
-      job.launch();
-      std::vector<std::vector<uint64_t>> per_rank;
-      for (int r = 0; r < job.ranks(); ++r) per_rank.push_back(job.trace(r));
-      job.set_trace(false);
-      const int n = rt::write_chrome_trace(trace_path, p, per_rank);
+      const int n = rt::traced_launch(job, p, trace_path);
       fmt::print(out, "trace: {} task events of launch {} written to {}\n", n, job.launches(),
                  trace_path);
       out.flush();
