@@ -18,6 +18,7 @@ int64_t TensorInfo::elements() const {
 }
 
 struct Kernel::Impl {
+  std::unique_ptr<rt::Rendezvous> group;  // one process per rank
   std::unique_ptr<compiler::Compilation> c;
   jit::JitOutput bin;
   std::unique_ptr<rt::LocalJob> job;
@@ -37,16 +38,28 @@ Kernel Kernel::from_string(const std::string& name, const std::string& text,
                            const KernelOptions& options) {
   const int gpus = rt::device_count();
   if (gpus == 0) throw EnvironmentError("no GPU: the CUDA driver sees no device");
-  const int ranks = options.ranks == 0 ? gpus : options.ranks;
-  if (ranks < 1 || ranks > gpus) {
-    throw UserError(fmt::format("{} ranks asked for, this machine has {} GPU(s): one rank per GPU",
-                                ranks, gpus));
+  const rt::World world = options.use_launcher ? rt::detect_world() : rt::World{};
+  int ranks = options.ranks == 0 ? gpus : options.ranks;
+  int per_gpu = 1;
+  if (world.size > 1) {
+    if (options.ranks != 0 && options.ranks != world.size) {
+      throw UserError(fmt::format("{} ranks asked for, but this process is rank {} of {} ({})",
+                                  options.ranks, world.rank, world.size, world.source));
+    }
+    ranks = world.size;
+  } else {
+    if (ranks < 1 || (ranks > gpus && !options.share_gpus)) {
+      throw UserError(fmt::format(
+          "{} ranks asked for, this machine has {} GPU(s): one rank per GPU (or share_gpus)", ranks,
+          gpus));
+    }
+    per_gpu = (ranks + gpus - 1) / gpus;
   }
   const rt::DeviceInfo dev = rt::device_info(0);
   compiler::CheckOptions co;
   co.ranks = {ranks};
   co.defines = options.defines;
-  co.sms = dev.sm_count;
+  co.sms = dev.sm_count / per_gpu;
   std::string defines_text;
   for (const auto& [k, v] : options.defines)
     defines_text += fmt::format("{}{}={}", defines_text.empty() ? "" : " ", k, v);
@@ -61,15 +74,25 @@ Kernel Kernel::from_string(const std::string& name, const std::string& text,
   jo.arch = dev.arch();
   const codegen::Generated& g = impl->c->kernels[0];
   impl->bin = jit::jit_compile(g.source, impl->c->plans[0].schedule + ".cu", g.kernel_name, jo);
+  if (world.size > 1) {
+    impl->group =
+        std::make_unique<rt::Rendezvous>(world, std::chrono::seconds(options.bootstrap_timeout_s));
+  }
   rt::LocalJobOptions lo;
   lo.file = impl->c->file;
   lo.timeout_ns = options.timeout_ms * 1'000'000ull;
+  lo.share_gpus = options.share_gpus;
+  lo.group = impl->group.get();
   impl->job = std::make_unique<rt::LocalJob>(impl->c->plans[0], impl->bin.cubin, g, lo);
   return Kernel(std::move(impl));
 }
 
 int Kernel::ranks() const {
   return impl_->job->ranks();
+}
+
+std::vector<int> Kernel::local_ranks() const {
+  return impl_->job->local_ranks();
 }
 
 std::vector<TensorInfo> Kernel::tensors() const {

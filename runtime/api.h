@@ -1,5 +1,8 @@
 // The host C++ JIT API: a schedule (a file or a string, with parameter values) compiled for this
-// machine's GPUs and bound to a job, one rank per local GPU, with tensors addressed by name.
+// machine's GPUs and bound to a job, with tensors addressed by name. Started once per machine, the
+// process runs one rank per local GPU; started under a launcher (tools/mkrun, torchrun, mpirun,
+// srun on one node: runtime/bootstrap.h), each process runs its own rank, and every process makes
+// the same calls in the same order (construction, launches and traces are collective).
 //
 //   mkc::Kernel k = mkc::Kernel::from_file("samples/gemm_allreduce.mks",
 //                                          {.defines = {{"M", 256}, {"N", 1024}, {"K", 512}}});
@@ -12,9 +15,10 @@
 // Everything the CLI's `mkc run` does goes through the same calls (compiler/pipeline.h, the NVRTC
 // JIT with its disk cache, runtime/local_job.h). Errors: UserError for the caller's mistakes (a
 // schedule with errors — the rendered diagnostics are the message —, an unknown tensor, a wrong
-// element count, more ranks than GPUs), EnvironmentError for the machine (no driver, a failed CUDA
-// or NVRTC call). Not there yet: binding the caller's own device pointers (the job allocates every
-// tensor), launching on the caller's stream, and one process per rank (see runtime/bootstrap.h).
+// element count, more ranks than GPUs, a rank of another process), EnvironmentError for the
+// machine (no driver, a failed CUDA or NVRTC call, a peer that never came). Not there yet: binding
+// the caller's own device pointers (the job allocates every tensor, in its symmetric heap) and
+// launching on the caller's stream.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +36,12 @@ namespace mkc {
 
 struct KernelOptions {
   std::map<std::string, int64_t> defines;  // -D NAME=VALUE
-  int ranks = 0;                           // 0: one per local GPU
+  int ranks = 0;                           // 0: one per local GPU (or the launcher's job size)
   uint64_t timeout_ms = 5000;              // per wait inside the kernel
+  bool share_gpus = false;                 // allow more ranks than GPUs (tests, not speed)
+  bool use_launcher = true;                // one rank per process when a launcher's variables
+                                           // say so (runtime/bootstrap.h detect_world)
+  int bootstrap_timeout_s = 120;           // how long processes wait for each other
 };
 
 struct TensorInfo {
@@ -54,7 +62,8 @@ class Kernel {
   Kernel& operator=(Kernel&&) noexcept;
   ~Kernel();
 
-  int ranks() const;
+  int ranks() const;                     // the world size
+  std::vector<int> local_ranks() const;  // the ranks this process runs
   std::vector<TensorInfo> tensors() const;
   TensorInfo tensor(const std::string& name) const;
 

@@ -58,7 +58,18 @@ namespace mkc::rt {
   X(cuEventElapsedTime, 2000)                          \
   X(cuEventDestroy, 4000)                              \
   X(cuFuncSetAttribute, 9000)                          \
-  X(cuTensorMapEncodeTiled, 12000)
+  X(cuTensorMapEncodeTiled, 12000)                     \
+  X(cuIpcGetMemHandle, 4010)                           \
+  X(cuIpcOpenMemHandle, 11000)                         \
+  X(cuIpcCloseMemHandle, 4010)                         \
+  X(cuDeviceGetPCIBusId, 4010)                         \
+  X(cuDeviceGetByPCIBusId, 4010)                       \
+  X(cuStreamBeginCapture, 10010)                       \
+  X(cuStreamEndCapture, 10000)                         \
+  X(cuGraphInstantiateWithFlags, 11040)                \
+  X(cuGraphLaunch, 10000)                              \
+  X(cuGraphExecDestroy, 10000)                         \
+  X(cuGraphDestroy, 10000)
 
 // The loaded driver: one function pointer per entry point, named as in cuda.h.
 class Driver {

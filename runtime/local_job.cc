@@ -64,13 +64,14 @@ float from_bf16(uint16_t h) {
 }
 
 struct LocalJob::Rank {
+  bool local = false;
   CUdevice dev{};
   CUcontext ctx{};
   CUmodule mod{};
   CUfunction fn{};
   CUstream stream{};
-  std::vector<CUdeviceptr> buffers;
-  CUdeviceptr events = 0;
+  CUdeviceptr heap = 0;  // buffers, then event counters; a remote rank's as mapped here
+  bool ipc_mapped = false;
   CUdeviceptr buffer_table = 0;
   CUdeviceptr event_table = 0;
   CUdeviceptr tensor_maps = 0;
@@ -78,6 +79,17 @@ struct LocalJob::Rank {
   ErrorRecord* error = nullptr;
   CUdeviceptr error_dev = 0;
 };
+
+namespace {
+
+// What one process tells the others about its rank: the heap's IPC handle and the GPU it is on.
+struct HeapCard {
+  CUipcMemHandle handle;
+  char pci_bus_id[32];
+  uint64_t heap_bytes;
+};
+
+}  // namespace
 
 LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin,
                    const codegen::Generated& kernel, LocalJobOptions options)
@@ -90,130 +102,253 @@ LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin,
   const int ctas = ctas_, threads = threads_;
   const Driver& d = Driver::get();
   const int n = static_cast<int>(plan.ranks);
-  if (n > device_count()) {
-    throw UserError(fmt::format(
-        "the plan is for {} ranks but this machine has {} GPU(s); compile with --ranks {}", n,
-        device_count(), device_count()));
+  const int gpus = device_count();
+  if (gpus == 0) throw EnvironmentError("no GPU: the CUDA driver sees no device");
+  Rendezvous* group = opts_.group;
+  if (group) {
+    const World& w = group->world();
+    if (w.size != n) {
+      throw UserError(
+          fmt::format("the plan is for {} ranks but the job has {} processes ({}); "
+                      "compile with --ranks {}",
+                      n, w.size, w.source, w.size));
+    }
+    if (!w.single_node()) {
+      throw UserError(fmt::format(
+          "the job spans nodes ({} ranks, {} per node): mkc reaches other nodes through its RDMA "
+          "proxy, which is not built yet; run one node's ranks only",
+          w.size, w.local_size));
+    }
+    if (w.local_size > gpus && !opts_.share_gpus) {
+      throw UserError(fmt::format(
+          "{} processes on a node with {} GPU(s): rank {} would share a GPU; start at most {} "
+          "processes, or allow sharing (--share-gpus; for tests, ranks on one GPU take turns)",
+          w.local_size, gpus, w.rank, gpus));
+    }
+    local_ = {w.rank};
+  } else {
+    if (n > gpus && !opts_.share_gpus) {
+      throw UserError(fmt::format(
+          "the plan is for {} ranks but this machine has {} GPU(s); compile with --ranks {}, or "
+          "allow ranks to share GPUs (--share-gpus; for tests, not for speed)",
+          n, gpus, gpus));
+    }
+    for (int r = 0; r < n; ++r) local_.push_back(r);
   }
   // Before Hopper the GEMM tile is the mma.sync one, with its own (smaller) staging.
   if (device_info(0).cc_major < 9) smem_ = kernel.portable_smem;
-  for (int r = 0; r < n; ++r) {
-    auto rk = std::make_unique<Rank>();
-    MKC_CU(d, cuDeviceGet, &rk->dev, r);
-    MKC_CU(d, cuDevicePrimaryCtxRetain, &rk->ctx, rk->dev);
-    CtxScope scope(d, rk->ctx);
-    MKC_CU(d, cuModuleLoadData, &rk->mod, cubin.data());
-    MKC_CU(d, cuModuleGetFunction, &rk->fn, rk->mod, kernel_.c_str());
+  // The symmetric heap: every buffer at the same offset on every rank, then the event counters.
+  // 512-byte alignment covers 16-byte vector accesses and TMA's global address rule.
+  auto align = [](size_t x) { return (x + 511) & ~size_t{511}; };
+  for (const plan::Buffer& b : plan.buffers) {
+    offsets_.push_back(heap_bytes_);
+    heap_bytes_ =
+        align(heap_bytes_ + static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype));
+  }
+  events_offset_ = heap_bytes_;
+  heap_bytes_ = align(heap_bytes_ + std::max<size_t>(1, plan.events.size()) * 8);
+
+  for (int r = 0; r < n; ++r) ranks_.push_back(std::make_unique<Rank>());
+  // The device of each local rank, and how many of this process's ranks share it.
+  std::vector<int> sharing(gpus, 0);
+  for (int r : local_) {
+    const int slot = group ? group->world().local_rank : r;
+    ranks_[r]->dev = slot % gpus;
+    ++sharing[slot % gpus];
+  }
+  for (int r : local_) {
+    Rank& rk = *ranks_[r];
+    rk.local = true;
+    MKC_CU(d, cuDeviceGet, &rk.dev, static_cast<int>(rk.dev));
+    MKC_CU(d, cuDevicePrimaryCtxRetain, &rk.ctx, rk.dev);
+    CtxScope scope(d, rk.ctx);
+    MKC_CU(d, cuModuleLoadData, &rk.mod, cubin.data());
+    MKC_CU(d, cuModuleGetFunction, &rk.fn, rk.mod, kernel_.c_str());
     if (smem_ > 0)
-      MKC_CU(d, cuFuncSetAttribute, rk->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_);
-    // Every CTA must be resident at once: a persistent kernel's CTAs wait on each other.
+      MKC_CU(d, cuFuncSetAttribute, rk.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_);
+    // Every CTA must be resident at once: a persistent kernel's CTAs wait on each other, and
+    // ranks of this process on one GPU wait on each other too.
     int per_sm = 0, sms = 0;
-    MKC_CU(d, cuOccupancyMaxActiveBlocksPerMultiprocessor, &per_sm, rk->fn, threads, smem_);
-    MKC_CU(d, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, rk->dev);
-    if (static_cast<int64_t>(per_sm) * sms < ctas) {
-      throw UserError(
-          fmt::format("the kernel's {} CTAs cannot all be resident on GPU {} ({} per SM x {} SMs); "
-                      "compile with --sms {}",
-                      ctas, r, per_sm, sms, static_cast<int64_t>(per_sm) * sms));
+    MKC_CU(d, cuOccupancyMaxActiveBlocksPerMultiprocessor, &per_sm, rk.fn, threads, smem_);
+    MKC_CU(d, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, rk.dev);
+    const int k = sharing[static_cast<int>(rk.dev)];
+    if (static_cast<int64_t>(per_sm) * sms < static_cast<int64_t>(ctas) * k) {
+      throw UserError(fmt::format(
+          "the kernel's {} CTAs cannot all be resident on GPU {}{} ({} per SM x {} SMs); compile "
+          "with --sms {}",
+          ctas, static_cast<int>(rk.dev),
+          k > 1 ? fmt::format(" {} times over (it runs {} ranks)", k, k) : std::string(), per_sm,
+          sms, sms / k));
     }
-    MKC_CU(d, cuStreamCreate, &rk->stream, CU_STREAM_NON_BLOCKING);
-    for (const plan::Buffer& b : plan.buffers) {
-      CUdeviceptr p = 0;
-      MKC_CU(
-          d, cuMemAlloc, &p,
-          std::max<size_t>(1, static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype)));
-      rk->buffers.push_back(p);
-    }
-    MKC_CU(d, cuMemAlloc, &rk->events, std::max<size_t>(1, plan.events.size()) * 8);
-    MKC_CU(d, cuMemsetD8, rk->events, 0, std::max<size_t>(1, plan.events.size()) * 8);
+    MKC_CU(d, cuStreamCreate, &rk.stream, CU_STREAM_NON_BLOCKING);
+    MKC_CU(d, cuMemAlloc, &rk.heap, heap_bytes_);
+    MKC_CU(d, cuMemsetD8, rk.heap + events_offset_, 0, heap_bytes_ - events_offset_);
     void* host = nullptr;
     MKC_CU(d, cuMemHostAlloc, &host, sizeof(ErrorRecord),
            CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
-    rk->error = static_cast<ErrorRecord*>(host);
-    std::memset(rk->error, 0, sizeof(ErrorRecord));
-    MKC_CU(d, cuMemHostGetDevicePointer, &rk->error_dev, host, 0);
-    ranks_.push_back(std::move(rk));
+    rk.error = static_cast<ErrorRecord*>(host);
+    std::memset(rk.error, 0, sizeof(ErrorRecord));
+    MKC_CU(d, cuMemHostGetDevicePointer, &rk.error_dev, host, 0);
+    MKC_CU(d, cuCtxSynchronize);  // counters are zero before any peer can see them
   }
-  // Peer access between every pair (NVLink on the machines mkc targets).
-  for (int a = 0; a < n; ++a) {
+  // Peer access between this process's ranks on different GPUs (NVLink on mkc's machines).
+  for (int a : local_) {
     CtxScope scope(d, ranks_[a]->ctx);
-    for (int b = 0; b < n; ++b) {
-      if (a == b) continue;
+    for (int b : local_) {
+      if (ranks_[a]->dev == ranks_[b]->dev) continue;
       int can = 0;
       MKC_CU(d, cuDeviceCanAccessPeer, &can, ranks_[a]->dev, ranks_[b]->dev);
       if (!can)
         throw EnvironmentError(
             fmt::format("GPU {} cannot access GPU {} (no P2P); mkc needs NVLink or PCIe peer "
                         "access between the GPUs of a node",
-                        a, b));
+                        static_cast<int>(ranks_[a]->dev), static_cast<int>(ranks_[b]->dev)));
       const CUresult res = d.cuCtxEnablePeerAccess(ranks_[b]->ctx, 0);
       if (res != CUDA_SUCCESS && res != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
         throw_cu_error(d, res, "cuCtxEnablePeerAccess", __FILE__, __LINE__);
     }
   }
-  // Address tables: with one address space, every rank's pointers are valid on every GPU.
+  if (group) swap_heaps();
+  // Address tables, as seen from each local rank (one address space per process).
   std::vector<CUdeviceptr> buffers, events;
   for (const auto& rk : ranks_) {
-    buffers.insert(buffers.end(), rk->buffers.begin(), rk->buffers.end());
-    events.push_back(rk->events);
+    for (size_t off : offsets_) buffers.push_back(rk->heap + off);
+    events.push_back(rk->heap + events_offset_);
   }
-  // TMA descriptors: the same array on every GPU (one address space), in the generator's order.
+  // TMA descriptors, in the generator's order, from this process's addresses.
   std::vector<CUtensorMap> maps;
-  if (!kernel.tensor_maps.empty()) {
-    CtxScope scope(d, ranks_[0]->ctx);
-    for (const codegen::TensorMapSpec& m : kernel.tensor_maps) {
-      maps.push_back(encode_tensor_map(d, ranks_.at(m.rank)->buffers.at(m.buffer), m,
-                                       plan.buffers.at(m.buffer).name));
-    }
+  CtxScope maps_scope(d, ranks_[local_.at(0)]->ctx);
+  for (const codegen::TensorMapSpec& m : kernel.tensor_maps) {
+    maps.push_back(encode_tensor_map(d, ranks_.at(m.rank)->heap + offsets_.at(m.buffer), m,
+                                     plan.buffers.at(m.buffer).name));
   }
-  for (const auto& rk : ranks_) {
-    CtxScope scope(d, rk->ctx);
+  for (int r : local_) {
+    Rank& rk = *ranks_[r];
+    CtxScope scope(d, rk.ctx);
     if (!maps.empty()) {
-      MKC_CU(d, cuMemAlloc, &rk->tensor_maps, maps.size() * sizeof(CUtensorMap));
-      MKC_CU(d, cuMemcpyHtoD, rk->tensor_maps, maps.data(), maps.size() * sizeof(CUtensorMap));
+      MKC_CU(d, cuMemAlloc, &rk.tensor_maps, maps.size() * sizeof(CUtensorMap));
+      MKC_CU(d, cuMemcpyHtoD, rk.tensor_maps, maps.data(), maps.size() * sizeof(CUtensorMap));
     }
-    MKC_CU(d, cuMemAlloc, &rk->buffer_table, buffers.size() * sizeof(CUdeviceptr));
-    MKC_CU(d, cuMemcpyHtoD, rk->buffer_table, buffers.data(), buffers.size() * sizeof(CUdeviceptr));
-    MKC_CU(d, cuMemAlloc, &rk->event_table, events.size() * sizeof(CUdeviceptr));
-    MKC_CU(d, cuMemcpyHtoD, rk->event_table, events.data(), events.size() * sizeof(CUdeviceptr));
+    MKC_CU(d, cuMemAlloc, &rk.buffer_table, buffers.size() * sizeof(CUdeviceptr));
+    MKC_CU(d, cuMemcpyHtoD, rk.buffer_table, buffers.data(), buffers.size() * sizeof(CUdeviceptr));
+    MKC_CU(d, cuMemAlloc, &rk.event_table, events.size() * sizeof(CUdeviceptr));
+    MKC_CU(d, cuMemcpyHtoD, rk.event_table, events.data(), events.size() * sizeof(CUdeviceptr));
+  }
+}
+
+// One process per rank: every process publishes its heap (an IPC handle) and its GPU's PCI bus
+// id; each maps every other rank's heap, after checking that its GPU can reach that one.
+void LocalJob::swap_heaps() {
+  const Driver& d = Driver::get();
+  Rendezvous& group = *opts_.group;
+  const int me = local_.at(0);
+  Rank& mine = *ranks_[me];
+  CtxScope scope(d, mine.ctx);
+  HeapCard card{};
+  MKC_CU(d, cuIpcGetMemHandle, &card.handle, mine.heap);
+  MKC_CU(d, cuDeviceGetPCIBusId, card.pci_bus_id, sizeof(card.pci_bus_id), mine.dev);
+  card.heap_bytes = heap_bytes_;
+  const std::vector<std::string> cards =
+      group.all_gather(std::string(reinterpret_cast<const char*>(&card), sizeof(card)));
+  for (int r = 0; r < ranks(); ++r) {
+    if (r == me) continue;
+    HeapCard peer{};
+    if (cards[r].size() != sizeof(peer)) {
+      throw EnvironmentError(fmt::format(
+          "rank {} sent a {}-byte heap card, rank {} expects {}: are both the same mkc build?", r,
+          cards[r].size(), me, sizeof(peer)));
+    }
+    std::memcpy(&peer, cards[r].data(), sizeof(peer));
+    peer.pci_bus_id[sizeof(peer.pci_bus_id) - 1] = 0;
+    if (peer.heap_bytes != heap_bytes_) {
+      throw UserError(fmt::format(
+          "rank {}'s symmetric heap is {} bytes, rank {}'s is {}: every rank must compile the "
+          "same schedule with the same -D values",
+          r, peer.heap_bytes, me, heap_bytes_));
+    }
+    CUdevice peer_dev{};
+    MKC_CU(d, cuDeviceGetByPCIBusId, &peer_dev, peer.pci_bus_id);
+    if (peer_dev != mine.dev) {
+      int can = 0;
+      MKC_CU(d, cuDeviceCanAccessPeer, &can, mine.dev, peer_dev);
+      if (!can) {
+        throw EnvironmentError(fmt::format(
+            "rank {}'s GPU ({}) cannot access rank {}'s GPU ({}) (no P2P); mkc needs NVLink or "
+            "PCIe peer access between the GPUs of a node",
+            me, static_cast<int>(mine.dev), r, peer.pci_bus_id));
+      }
+    }
+    MKC_CU(d, cuIpcOpenMemHandle, &ranks_[r]->heap, peer.handle,
+           CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    ranks_[r]->ipc_mapped = true;
   }
 }
 
 LocalJob::~LocalJob() {
+  // Destructors never throw: failures here are ignored (the process is usually ending).
   const Driver& d = Driver::get();
-  for (auto& rk : ranks_) {
-    // Destructors never throw: failures here are ignored (the process is usually ending).
-    d.cuCtxSetCurrent(rk->ctx);
-    d.cuStreamSynchronize(rk->stream);
-    for (CUdeviceptr p : rk->buffers) d.cuMemFree(p);
-    d.cuMemFree(rk->events);
-    d.cuMemFree(rk->buffer_table);
-    d.cuMemFree(rk->event_table);
-    if (rk->tensor_maps) d.cuMemFree(rk->tensor_maps);
-    if (rk->trace) d.cuMemFree(rk->trace);
-    d.cuMemFreeHost(rk->error);
-    d.cuStreamDestroy(rk->stream);
-    d.cuModuleUnload(rk->mod);
-    d.cuDevicePrimaryCtxRelease(rk->dev);
+  for (int r : local_) {
+    d.cuCtxSetCurrent(ranks_[r]->ctx);
+    d.cuStreamSynchronize(ranks_[r]->stream);
   }
+  // No rank frees its heap while a peer's kernel may still write into it.
+  if (opts_.group) {
+    try {
+      opts_.group->barrier();
+    } catch (const std::exception&) {
+    }
+  }
+  for (auto& rk : ranks_) {
+    if (rk->ipc_mapped) d.cuIpcCloseMemHandle(rk->heap);
+  }
+  for (int r : local_) {
+    Rank& rk = *ranks_[r];
+    d.cuCtxSetCurrent(rk.ctx);
+    if (rk.heap) d.cuMemFree(rk.heap);
+    if (rk.buffer_table) d.cuMemFree(rk.buffer_table);
+    if (rk.event_table) d.cuMemFree(rk.event_table);
+    if (rk.tensor_maps) d.cuMemFree(rk.tensor_maps);
+    if (rk.trace) d.cuMemFree(rk.trace);
+    if (rk.error) d.cuMemFreeHost(rk.error);
+    if (rk.stream) d.cuStreamDestroy(rk.stream);
+    if (rk.mod) d.cuModuleUnload(rk.mod);
+    if (rk.ctx) d.cuDevicePrimaryCtxRelease(rk.dev);
+  }
+  d.cuCtxSetCurrent(nullptr);
+}
+
+bool LocalJob::is_local(int rank) const {
+  return rank >= 0 && rank < ranks() && ranks_[rank]->local;
+}
+
+LocalJob::Rank& LocalJob::local(int rank, const char* what) const {
+  if (!is_local(rank)) {
+    throw UserError(fmt::format(
+        "{}: rank {} {}", what, rank,
+        rank < 0 || rank >= ranks()
+            ? fmt::format("is not in [0, {})", ranks())
+            : fmt::format("runs in another process (this one runs rank {})", local_.at(0))));
+  }
+  return *ranks_[rank];
 }
 
 void LocalJob::set_trace(bool on) {
   const Driver& d = Driver::get();
-  for (auto& rk : ranks_) {
-    CtxScope scope(d, rk->ctx);
-    if (on && !rk->trace) {
-      MKC_CU(d, cuMemAlloc, &rk->trace, std::max<size_t>(1, plan_.tasks.size()) * 16);
-    } else if (!on && rk->trace) {
-      d.cuMemFree(rk->trace);
-      rk->trace = 0;
+  for (int r : local_) {
+    Rank& rk = *ranks_[r];
+    CtxScope scope(d, rk.ctx);
+    if (on && !rk.trace) {
+      MKC_CU(d, cuMemAlloc, &rk.trace, std::max<size_t>(1, plan_.tasks.size()) * 16);
+    } else if (!on && rk.trace) {
+      d.cuMemFree(rk.trace);
+      rk.trace = 0;
     }
   }
 }
 
 std::vector<uint64_t> LocalJob::trace(int rank) {
   const Driver& d = Driver::get();
-  Rank& rk = *ranks_.at(rank);
+  Rank& rk = local(rank, "trace");
   std::vector<uint64_t> out(plan_.tasks.size() * 2, 0);
   if (!rk.trace || out.empty()) return out;
   CtxScope scope(d, rk.ctx);
@@ -223,13 +358,13 @@ std::vector<uint64_t> LocalJob::trace(int rank) {
 }
 
 CUcontext LocalJob::context(int rank) const {
-  return ranks_.at(rank)->ctx;
+  return local(rank, "context").ctx;
 }
 CUstream LocalJob::stream(int rank) const {
-  return ranks_.at(rank)->stream;
+  return local(rank, "stream").stream;
 }
 CUdeviceptr LocalJob::buffer_address(int rank, int buffer) const {
-  return ranks_.at(rank)->buffers.at(buffer);
+  return local(rank, "buffer_address").heap + offsets_.at(buffer);
 }
 
 void LocalJob::upload(int rank, int buffer, const std::vector<double>& values) {
@@ -273,8 +408,9 @@ void LocalJob::upload(int rank, int buffer, const std::vector<double>& values) {
             fmt::format("uploading {} data is not supported yet", compiler::dtype_name(b.dtype)));
     }
   }
-  CtxScope scope(d, ranks_[rank]->ctx);
-  MKC_CU(d, cuMemcpyHtoD, ranks_[rank]->buffers[buffer], bytes.data(), bytes.size());
+  Rank& rk = local(rank, "upload");
+  CtxScope scope(d, rk.ctx);
+  MKC_CU(d, cuMemcpyHtoD, rk.heap + offsets_.at(buffer), bytes.data(), bytes.size());
 }
 
 std::vector<double> LocalJob::download(int rank, int buffer) {
@@ -283,8 +419,9 @@ std::vector<double> LocalJob::download(int rank, int buffer) {
   const int eb = compiler::dtype_bytes(b.dtype);
   std::vector<unsigned char> bytes(static_cast<size_t>(b.elements()) * eb);
   {
-    CtxScope scope(d, ranks_[rank]->ctx);
-    MKC_CU(d, cuMemcpyDtoH, bytes.data(), ranks_[rank]->buffers[buffer], bytes.size());
+    Rank& rk = local(rank, "download");
+    CtxScope scope(d, rk.ctx);
+    MKC_CU(d, cuMemcpyDtoH, bytes.data(), rk.heap + offsets_.at(buffer), bytes.size());
   }
   std::vector<double> out(b.elements());
   for (size_t i = 0; i < out.size(); ++i) {
@@ -334,8 +471,9 @@ std::vector<double> LocalJob::download(int rank, int buffer) {
 void LocalJob::poison(int rank, int buffer) {
   const Driver& d = Driver::get();
   const plan::Buffer& b = plan_.buffers[buffer];
-  CtxScope scope(d, ranks_[rank]->ctx);
-  MKC_CU(d, cuMemsetD8, ranks_[rank]->buffers[buffer], 0xFF,
+  Rank& rk = local(rank, "poison");
+  CtxScope scope(d, rk.ctx);
+  MKC_CU(d, cuMemsetD8, rk.heap + offsets_.at(buffer), 0xFF,
          static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype));
 }
 
@@ -389,10 +527,8 @@ void LocalJob::finish(const std::vector<int>& which) {
 }
 
 void LocalJob::launch(const std::vector<int>& which) {
-  std::vector<int> ranks = which;
-  if (ranks.empty()) {
-    for (int r = 0; r < this->ranks(); ++r) ranks.push_back(r);
-  }
+  const std::vector<int> ranks = which.empty() ? local_ : which;
+  for (int r : ranks) local(r, "launch");
   ++epoch_;
   for (int r : ranks) enqueue(r);
   finish(ranks);
@@ -400,14 +536,14 @@ void LocalJob::launch(const std::vector<int>& which) {
 
 double LocalJob::time_launches(int iters) {
   const Driver& d = Driver::get();
-  std::vector<int> all;
-  for (int r = 0; r < ranks(); ++r) all.push_back(r);
+  const std::vector<int>& all = local_;
+  Rank& first = *ranks_[all.at(0)];
   CUevent start{}, stop{};
   {
-    CtxScope scope(d, ranks_[0]->ctx);
+    CtxScope scope(d, first.ctx);
     MKC_CU(d, cuEventCreate, &start, CU_EVENT_DEFAULT);
     MKC_CU(d, cuEventCreate, &stop, CU_EVENT_DEFAULT);
-    MKC_CU(d, cuEventRecord, start, ranks_[0]->stream);
+    MKC_CU(d, cuEventRecord, start, first.stream);
   }
   for (int i = 0; i < iters; ++i) {
     ++epoch_;
@@ -415,12 +551,12 @@ double LocalJob::time_launches(int iters) {
   }
   float ms = 0;
   {
-    CtxScope scope(d, ranks_[0]->ctx);
-    MKC_CU(d, cuEventRecord, stop, ranks_[0]->stream);
+    CtxScope scope(d, first.ctx);
+    MKC_CU(d, cuEventRecord, stop, first.stream);
   }
   finish(all);
   {
-    CtxScope scope(d, ranks_[0]->ctx);
+    CtxScope scope(d, first.ctx);
     MKC_CU(d, cuEventElapsedTime, &ms, start, stop);
     d.cuEventDestroy(start);
     d.cuEventDestroy(stop);

@@ -1,10 +1,17 @@
-// A job on the GPUs of this process: one rank per local GPU (rank r on device r), peers reached
-// through CUDA peer access over NVLink. It allocates every rank's buffers and event counters,
-// uploads inputs, launches the generated kernel on every rank (launch e waits for counts folded
-// with e, so nothing is reset between launches) and turns a timed-out wait into an exception that
-// names the rank, the task, the event, the expected and seen counts and the .mks line of the
-// operation. One process per GPU (torchrun, mpirun, mkrun) with a shared symmetric heap is the
-// runtime issue's next step; this is the single-process form, used by `mkc run` and GPU tests.
+// A job's ranks as this process sees them. Two forms:
+//  - every rank in this process (the default): rank r on local GPU r, peers reached through CUDA
+//    peer access over NVLink;
+//  - one rank per process (options.group set: mkrun, torchrun, mpirun, srun on one node): this
+//    process runs rank group->world().rank; the other ranks' memory is mapped through CUDA IPC
+//    handles swapped over the rendezvous.
+// Every rank's buffers and event counters live in one allocation, its symmetric heap: every buffer
+// at the same offset on every rank. The job uploads inputs, launches the generated kernel on its
+// ranks (launch e waits for counts folded with e, so nothing is reset between launches) and turns a
+// timed-out wait into an exception that names the rank, the task, the event, the expected and seen
+// counts and the .mks line of the operation.
+// With options.share_gpus, ranks may outnumber GPUs (rank r on GPU r % G): ranks of one process
+// on one GPU run side by side (the kernel must fit k times: compile for SMs / k), ranks of
+// different processes on one GPU take turns in time slices. That is for tests, not for speed.
 #pragma once
 
 #include <cuda.h>
@@ -16,6 +23,7 @@
 #include "compiler/codegen.h"
 #include "compiler/plan.h"
 #include "dsl/source.h"
+#include "runtime/bootstrap.h"
 #include "runtime/cuda_driver.h"
 
 namespace mkc::rt {
@@ -28,32 +36,42 @@ class LaunchError : public std::runtime_error {
 struct LocalJobOptions {
   uint64_t timeout_ns = 5'000'000'000ull;       // per wait inside the kernel
   std::shared_ptr<const dsl::SourceFile> file;  // for messages naming the .mks line
+  bool share_gpus = false;                      // allow more ranks than GPUs (tests)
+  Rendezvous* group = nullptr;                  // one process per rank (outlives the job)
 };
 
 class LocalJob {
  public:
-  // `plan` must have been built for as many ranks as the job uses (at most the local GPU count)
-  // and for at most the GPUs' SM count of CTAs; `kernel` was generated from it and `cubin` is
-  // its compiled image (grid, block, shared memory and tensor maps are taken from `kernel`).
+  // `plan` must have been built for the job's world size (the local GPU count, or the group's
+  // size) and for at most the GPU's SM count of CTAs (divided by the ranks sharing a GPU in this
+  // process); `kernel` was generated from it and `cubin` is its compiled image (grid, block,
+  // shared memory and tensor maps are taken from `kernel`). Under a group every rank constructs
+  // its job at the same time (the heaps are swapped), and destroys it at the same time.
   LocalJob(const plan::Plan& plan, const std::string& cubin, const codegen::Generated& kernel,
            LocalJobOptions options = {});
   ~LocalJob();
   LocalJob(const LocalJob&) = delete;
   LocalJob& operator=(const LocalJob&) = delete;
 
-  int ranks() const { return static_cast<int>(ranks_.size()); }
+  int ranks() const { return static_cast<int>(ranks_.size()); }  // the world size
+  // The ranks this process runs (all of them without a group), in order.
+  const std::vector<int>& local_ranks() const { return local_; }
+  bool is_local(int rank) const;
+  Rendezvous* group() const { return opts_.group; }
 
   // Values in double, converted to the buffer's element type (bf16 rounds to nearest even).
+  // These, poison, trace and the accessors below take a local rank (UserError otherwise).
   void upload(int rank, int buffer, const std::vector<double>& values);
   std::vector<double> download(int rank, int buffer);
   // Fills a buffer with 0xFF bytes (NaN for floats) so unwritten elements show.
   void poison(int rank, int buffer);
 
-  // Launches the next launch on the ranks in `which` (all when empty) and waits for them. Throws
-  // LaunchError when a wait timed out, EnvironmentError when a CUDA call failed.
+  // Launches the next launch on the local ranks in `which` (all local ranks when empty) and waits
+  // for them. Throws LaunchError when a wait timed out, EnvironmentError when a CUDA call failed.
   void launch(const std::vector<int>& which = {});
-  // Launches `iters` times back to back on every rank and returns the mean time per launch in
-  // microseconds (CUDA events on rank 0's stream, after all ranks finished).
+  // Launches `iters` times back to back on every local rank and returns the mean time per launch
+  // in microseconds (CUDA events on the first local rank's stream, after all local ranks
+  // finished).
   double time_launches(int iters);
 
   uint64_t launches() const { return epoch_; }
@@ -72,15 +90,21 @@ class LocalJob {
 
  private:
   struct Rank;
+  Rank& local(int rank, const char* what) const;
   void enqueue(int r);
   void finish(const std::vector<int>& which);
+  void swap_heaps();
 
   const plan::Plan& plan_;
   std::string kernel_;
   int ctas_, threads_, smem_;
   LocalJobOptions opts_;
   uint64_t epoch_ = 0;
-  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::vector<size_t> offsets_;  // each buffer's offset in the heap
+  size_t events_offset_ = 0, heap_bytes_ = 0;
+  std::vector<std::unique_ptr<Rank>> ranks_;  // every rank of the world; the remote ones hold
+                                              // only their heap's address as mapped here
+  std::vector<int> local_;
 };
 
 // Host conversions used for uploads and downloads.

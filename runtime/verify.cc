@@ -23,8 +23,9 @@ double quantize(double v, compiler::DType t) {
   }
 }
 
-// Every user tensor of every rank: inputs drawn and uploaded, the rest poisoned. Returns the
-// host copy (inputs set, the rest NaN) that the reference evaluates.
+// Every user tensor of every rank drawn (the reference needs them all); on this process's ranks
+// the inputs uploaded and the rest poisoned. Returns the host copy (inputs set, the rest NaN)
+// that the reference evaluates.
 std::vector<std::vector<std::vector<double>>> prepare(LocalJob& job, const plan::Plan& plan,
                                                       const plan::InputFn& inputs, int launch) {
   const compiler::CheckedSchedule& s = *plan.source;
@@ -36,8 +37,12 @@ std::vector<std::vector<std::vector<double>>> prepare(LocalJob& job, const plan:
     inputs(r, launch, data);
     data.resize(s.tensors.size());
     for (size_t t = 0; t < s.tensors.size(); ++t) {
-      if (s.tensors[t].kind == dsl::TensorKind::kInput) {
+      const bool input = s.tensors[t].kind == dsl::TensorKind::kInput;
+      if (input) {
         for (double& v : data[t]) v = quantize(v, s.tensors[t].dtype);
+      }
+      if (!job.is_local(r)) continue;
+      if (input) {
         job.upload(r, static_cast<int>(t), data[t]);
       } else {
         job.poison(r, static_cast<int>(t));
@@ -90,7 +95,7 @@ std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan,
   job.launch();
   plan::reference(s, fns, ref);
   std::vector<TensorCheck> out;
-  for (int r = 0; r < job.ranks(); ++r) {
+  for (int r : job.local_ranks()) {
     for (size_t t = 0; t < s.tensors.size(); ++t) {
       const std::vector<double> got = job.download(r, static_cast<int>(t));
       TensorCheck c;

@@ -25,7 +25,8 @@ struct TensorCheck {
 // Relative L2 tolerance by element type: 1e-2 for 16-bit floats, 1e-4 for f32, exact otherwise.
 double tolerance_for(compiler::DType t);
 
-// Launches once with inputs drawn from `seed` and returns one check per rank and user tensor.
+// Launches once with inputs drawn from `seed` and returns one check per local rank and user
+// tensor (under a group, every process calls it and checks its own rank).
 // Throws UserError when the schedule has device functions that `fns` does not implement.
 std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan,
                                         const plan::HostFns& fns, uint64_t seed);

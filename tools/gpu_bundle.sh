@@ -12,9 +12,11 @@ for t in $tests; do
   cp "bazel-bin/$pkg/$name" "$dest/"
 done
 # mkc itself optimised: `mkc run --check` computes its reference on the CPU.
-bazel build -c opt //:mkc //bench:gemm_bench //samples/host:gemm_allreduce //tools/mkrun
+# job_probe: one rank of multiprocess_test's jobs.
+bazel build -c opt //:mkc //bench:gemm_bench //samples/host:gemm_allreduce //tools/mkrun \
+  //tests/runtime:job_probe
 cp bazel-bin/mkc bazel-bin/bench/gemm_bench bazel-bin/samples/host/gemm_allreduce \
-  bazel-bin/tools/mkrun/mkrun "$dest/"
+  bazel-bin/tools/mkrun/mkrun bazel-bin/tests/runtime/job_probe "$dest/"
 bazel build //:mkc
 # Tests open samples/*.mks relative to where they run.
 cp -r samples "$dest/samples"

@@ -63,15 +63,20 @@ TEST_CASE("devices: lists GPUs, or exits 2 with a clear message when there is no
   }
 }
 
-TEST_CASE("run under a one-process-per-rank launcher says it is not that kind of program yet") {
+TEST_CASE("run under a launcher: its variables are checked first, --ranks must agree with them") {
   ::setenv("RANK", "1", 1);
   ::setenv("WORLD_SIZE", "2", 1);
-  const Result r = run_cli({"run", "samples/gemm.mks"});
+  Result r = run_cli({"run", "samples/gemm.mks", "--ranks", "4"});
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(r.err.find("--ranks 4: this process is rank 1 of a job of 2 (torchrun/mkrun)") !=
+                    std::string::npos,
+                r.err);
+  ::setenv("RANK", "2", 1);
+  r = run_cli({"run", "samples/gemm.mks"});
   ::unsetenv("RANK");
   ::unsetenv("WORLD_SIZE");
   CHECK(r.code == 1);
-  CHECK(r.err.find("rank 1 of 2 (torchrun/mkrun variables)") != std::string::npos);
-  CHECK(r.err.find("start it once per machine") != std::string::npos);
+  CHECK_MESSAGE(r.err.find("RANK") != std::string::npos, r.err);
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ commands:
   check FILE...        parse and check schedules; report every error with its place
   compile FILE         lower a schedule to one persistent kernel and JIT-compile it (NVRTC)
   run FILE             compile and run a schedule on this machine's GPUs, one rank per GPU
+                       (all from one process, or one rank per process under mkrun/torchrun)
   devices              list the GPUs the CUDA driver sees (needs a driver)
   help                 show this help
 
@@ -65,7 +66,9 @@ compile options (and -D, --ranks-per-node, --sms, --color as for check):
   --verbose            print NVRTC's and ptxas's whole log (registers, wgmma serialisation)
 
 run options (and -D, --sms as above):
-  --ranks N            ranks = GPUs to use (default: every GPU of the machine)
+  --ranks N            ranks = GPUs to use (default: every GPU of the machine; under a
+                       launcher the job's size)
+  --share-gpus         allow more ranks than GPUs (rank r on GPU r % G): for tests, not speed
   --check              compare every output of every rank with the reference (fresh random data)
   --iters N            time N back-to-back launches and print the time per launch
   --timeout-ms T       how long a wait inside the kernel may take before it reports (default 5000)
@@ -411,12 +414,13 @@ plan::InputFn npy_inputs(const plan::Plan& p, const std::string& dir, int ranks)
   };
 }
 
-// Runs a schedule on this machine's GPUs, one rank per GPU, in this process.
+// Runs a schedule on this machine's GPUs: every rank in this process (one per GPU, or several per
+// GPU with --share-gpus), or this process's rank only under a launcher (mkrun, torchrun, ...).
 int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
             Terminal term) {
   Flags f(args);
   int64_t iters = 0;
-  bool check = false;
+  bool check = false, share_gpus = false;
   uint64_t timeout_ms = 5000;
   std::string trace_path, save_dir, load_dir;
   while (f.next()) {
@@ -424,6 +428,8 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       iters = parse_count("--iters", f.value("--iters"));
     } else if (f.arg() == "--check") {
       check = true;
+    } else if (f.arg() == "--share-gpus") {
+      share_gpus = true;
     } else if (f.is("--timeout-ms")) {
       timeout_ms = static_cast<uint64_t>(parse_count("--timeout-ms", f.value("--timeout-ms")));
     } else if (f.is("--trace")) {
@@ -438,28 +444,39 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   if (f.files.size() != 1) throw UserError("`mkc run` takes one .mks file");
   // Under a one-process-per-rank launcher (mkrun, torchrun, mpirun, srun) this process is one rank
-  // of many; `mkc run` drives every local GPU from one process instead.
+  // of the job; otherwise it runs every rank itself.
   const rt::World world = rt::detect_world();
-  if (world.size > 1) {
-    throw UserError(fmt::format(
-        "this process is rank {} of {} ({} variables), but `mkc run` is not a one-rank-per-process "
-        "program yet (the symmetric heap across processes is not built): start it once per "
-        "machine, without the launcher; it runs one rank on each local GPU",
-        world.rank, world.size, world.source));
+  if (world.size > 1 && !f.check.ranks.empty() && f.check.ranks[0] != world.size) {
+    throw UserError(
+        fmt::format("--ranks {}: this process is rank {} of a job of {} ({}); leave "
+                    "--ranks out under a launcher",
+                    f.check.ranks[0], world.rank, world.size, world.source));
   }
-  // The driver first: without a GPU this fails at once, before any compiling.
+  // The driver next: without a GPU this fails at once, before any compiling.
   const int gpus = rt::device_count();
   if (gpus == 0) throw EnvironmentError("no GPU: the CUDA driver sees no device");
   const rt::DeviceInfo dev = rt::device_info(0);
-  if (f.check.ranks.empty()) f.check.ranks = {gpus};
-  if (f.check.ranks[0] > gpus) {
-    throw UserError(
-        fmt::format("--ranks {}: this machine has {} GPU(s); one process runs one rank per GPU",
-                    f.check.ranks[0], gpus));
+  std::unique_ptr<rt::Rendezvous> group;
+  int64_t per_gpu = 1;  // ranks of this process on one GPU
+  if (world.size > 1) {
+    f.check.ranks = {world.size};
+  } else {
+    if (f.check.ranks.empty()) f.check.ranks = {gpus};
+    if (f.check.ranks[0] > gpus && !share_gpus) {
+      throw UserError(fmt::format(
+          "--ranks {}: this machine has {} GPU(s); one process runs one rank per GPU (start one "
+          "process per rank with tools/mkrun, or let ranks share GPUs with --share-gpus)",
+          f.check.ranks[0], gpus));
+    }
+    per_gpu = (f.check.ranks[0] + gpus - 1) / gpus;
   }
-  f.check.sms = std::min<int64_t>(f.check.sms, dev.sm_count);
+  // Ranks of one process that share a GPU run side by side: each kernel gets its part of the SMs.
+  f.check.sms = std::min<int64_t>(f.check.sms, dev.sm_count / per_gpu);
   const auto c = front_end(f.files[0], f, err, term);
   if (c == nullptr) return kExitUserError;
+  if (world.size > 1) group = std::make_unique<rt::Rendezvous>(world, std::chrono::seconds(120));
+  // Under a launcher rank 0 prints the job's lines; every rank prints its own checks and errors.
+  const bool leader = world.rank == 0;
   int rc = kExitOk;
   for (size_t k = 0; k < c->checked.size(); ++k) {
     const plan::Plan& p = c->plans[k];
@@ -471,12 +488,18 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     rt::LocalJobOptions lo;
     lo.file = c->file;
     lo.timeout_ns = timeout_ms * 1'000'000ull;
+    lo.share_gpus = share_gpus;
+    lo.group = group.get();
     rt::LocalJob job(p, j.cubin, g, lo);
-    fmt::print(
-        out,
-        "{}: kernel {} on {} x {} ({} registers, {} tasks, roles {}, compiled in {:.2f} s, {})\n",
-        f.files[0], g.kernel_name, job.ranks(), dev.name, j.registers, p.tasks.size(),
-        roles_text(p), j.seconds, j.cache_hit ? "cache hit" : "cache miss");
+    if (leader) {
+      fmt::print(out,
+                 "{}: kernel {} on {} rank(s), {} ({} per process, {}) ({} registers, {} tasks, "
+                 "roles {}, compiled in {:.2f} s, {})\n",
+                 f.files[0], g.kernel_name, job.ranks(), dev.name, job.local_ranks().size(),
+                 group ? world.source : "one process", j.registers, p.tasks.size(), roles_text(p),
+                 j.seconds, j.cache_hit ? "cache hit" : "cache miss");
+      out.flush();
+    }
     const plan::InputFn inputs =
         load_dir.empty() ? plan::random_inputs(p, 1) : npy_inputs(p, load_dir, job.ranks());
     if (check) {
@@ -489,7 +512,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                    t.ok() ? "" : "  FAILED");
         out.flush();
       }
-      fmt::print(out, "check: {}\n",
+      fmt::print(out, "check{}: {}\n", group ? fmt::format(" (rank {})", world.rank) : "",
                  failed == 0 ? "passed" : fmt::format("{} tensor(s) FAILED", failed));
       out.flush();
       if (failed) rc = kExitUserError;
@@ -500,29 +523,34 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     if (!save_dir.empty()) {
       std::filesystem::create_directories(save_dir);
       const compiler::CheckedSchedule& s = *p.source;
-      for (int r = 0; r < job.ranks(); ++r) {
+      for (int r : job.local_ranks()) {
         for (size_t t = 0; t < s.tensors.size(); ++t) {
           rt::write_npy(save_dir + "/" + rt::npy_name(s.tensors[t].name, r), s.tensors[t].dtype,
                         s.tensors[t].shape, job.download(r, static_cast<int>(t)));
         }
       }
-      fmt::print(out, "saved {} tensors of {} rank(s) to {}/\n", s.tensors.size(), job.ranks(),
-                 save_dir);
+      fmt::print(out, "saved {} tensors of {} rank(s) to {}/\n", s.tensors.size(),
+                 job.local_ranks().size(), save_dir);
       out.flush();
     }
     if (iters > 0) {
       job.launch();  // warm-up
       const double us = job.time_launches(static_cast<int>(iters));
-      fmt::print(out,
-                 "time: {:.2f} us per launch ({} launches, {} ranks, kernel launch included)\n", us,
-                 iters, job.ranks());
-      out.flush();
+      if (leader) {
+        fmt::print(out,
+                   "time: {:.2f} us per launch ({} launches, {} ranks, kernel launch included{})\n",
+                   us, iters, job.ranks(),
+                   per_gpu > 1 || world.local_size > gpus ? "; ranks share GPUs: not a speed" : "");
+        out.flush();
+      }
     }
     if (!trace_path.empty()) {
       const int n = rt::traced_launch(job, p, trace_path);
-      fmt::print(out, "trace: {} task events of launch {} written to {}\n", n, job.launches(),
-                 trace_path);
-      out.flush();
+      if (leader) {
+        fmt::print(out, "trace: {} task events of launch {} written to {}\n", n, job.launches(),
+                   trace_path);
+        out.flush();
+      }
     }
   }
   return rc;

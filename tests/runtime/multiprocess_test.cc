@@ -1,0 +1,98 @@
+// One process per rank on real GPUs: tools/mkrun starts N copies of job_probe (and of `mkc run`),
+// each binds its rank through the rendezvous and maps the others' symmetric heaps through CUDA IPC.
+// On a machine with fewer GPUs than ranks the processes share GPUs (their kernels take turns in
+// time slices), which tests the protocol, not the speed. Every collective sample is checked on
+// every rank before and after 200 back-to-back launches; a rank that skips its launch makes the
+// others time out naming the edge, and fresh kernels work afterwards. Skipped without a GPU.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "tests/support/gpu.h"
+
+namespace {
+
+// Runs a command line, returns its exit status and its stdout + stderr.
+std::pair<int, std::string> run(const std::string& cmd) {
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// The binaries: next to this test in the GPU bundle (tools/gpu_bundle.sh), or in Bazel's runfiles.
+std::string find(const char* bundled, const char* runfile) {
+  return ::access(bundled, X_OK) == 0 ? bundled : runfile;
+}
+
+const std::string kMkrun = find("./mkrun", "tools/mkrun/mkrun");
+const std::string kProbe = find("./job_probe", "tests/runtime/job_probe");
+const std::string kMkc = find("./mkc", "mkc");
+
+struct Job {
+  const char* sample;
+  const char* defines;
+};
+
+GPU_TEST_CASE("one process per rank: collectives and GEMM+AllReduce checked over 200 launches") {
+  const Job jobs[] = {
+      {"allreduce", "-D N=262144"},
+      {"allgather", "-D M=1024 -D K=256"},
+      {"reducescatter", "-D M=1024 -D N=256"},
+      {"alltoall", "-D T=64 -D H=256 -D K=2"},
+      {"gemm_allreduce", "-D M=256 -D N=512 -D K=256"},
+  };
+  for (int ranks : {2, 4}) {
+    for (const Job& j : jobs) {
+      const std::string cmd = fmt::format("{} -n {} {} samples/{}.mks {} --check 200", kMkrun,
+                                          ranks, kProbe, j.sample, j.defines);
+      const auto [rc, out] = run(cmd);
+      MESSAGE(cmd << "\n" << out);
+      CHECK(rc == 0);
+      for (int r = 0; r < ranks; ++r) {
+        CHECK(out.find(fmt::format("rank {} of {}: checks passed (202 launches", r, ranks)) !=
+              std::string::npos);
+      }
+    }
+  }
+}
+
+GPU_TEST_CASE(
+    "one process per rank: a rank that skips its launch; the others time out, then work") {
+  const std::string cmd = fmt::format(
+      "{} -n 2 {} samples/allgather.mks -D M=1024 -D K=64 --skip-rank 1", kMkrun, kProbe);
+  const auto [rc, out] = run(cmd);
+  MESSAGE(cmd << "\n" << out);
+  CHECK(rc == 0);
+  CHECK(out.find("rank 0: timed out as it should: launch 1 timed out on rank 0") !=
+        std::string::npos);
+  CHECK(out.find("samples/allgather.mks:") != std::string::npos);
+  CHECK(out.find("rank 0: fresh kernel checks passed") != std::string::npos);
+  CHECK(out.find("rank 1: fresh kernel checks passed") != std::string::npos);
+}
+
+GPU_TEST_CASE("mkc run under mkrun: each process runs, checks, times and traces its rank") {
+  const std::string cmd = fmt::format(
+      "{} -n 2 {} run samples/allreduce.mks -D N=65536 --share-gpus --check --iters 50 --trace "
+      "/tmp/mkc_mp_trace.json",
+      kMkrun, kMkc);
+  const auto [rc, out] = run(cmd);
+  MESSAGE(cmd << "\n" << out);
+  CHECK(rc == 0);
+  CHECK(out.find("on 2 rank(s)") != std::string::npos);
+  CHECK(out.find("check (rank 0): passed") != std::string::npos);
+  CHECK(out.find("check (rank 1): passed") != std::string::npos);
+  CHECK(out.find("us per launch (50 launches, 2 ranks") != std::string::npos);
+  CHECK(out.find("written to /tmp/mkc_mp_trace.json") != std::string::npos);
+}
+
+}  // namespace
