@@ -13,13 +13,15 @@ for t in $tests; do
 done
 # mkc itself optimised: `mkc run --check` computes its reference on the CPU.
 # job_probe: one rank of multiprocess_test's jobs.
-bazel build -c opt //:mkc //bench:gemm_bench //samples/host:gemm_allreduce //tools/mkrun \
-  //tests/runtime:job_probe
-cp bazel-bin/mkc bazel-bin/bench/gemm_bench bazel-bin/samples/host/gemm_allreduce \
-  bazel-bin/tools/mkrun/mkrun bazel-bin/tests/runtime/job_probe "$dest/"
+bazel build -c opt //:mkc //bench:gemm_bench //bench:allreduce_bench //samples/host:gemm_allreduce \
+  //tools/mkrun //tests/runtime:job_probe
+cp bazel-bin/mkc bazel-bin/bench/gemm_bench bazel-bin/bench/allreduce_bench \
+  bazel-bin/samples/host/gemm_allreduce bazel-bin/tools/mkrun/mkrun bazel-bin/tests/runtime/job_probe \
+  "$dest/"
 bazel build //:mkc
 # Tests open samples/*.mks relative to where they run.
 cp -r samples "$dest/samples"
+mkdir -p "$dest/bench" && cp bench/*.mks "$dest/bench/"
 cat > "$dest/run_gpu_tests.sh" <<'RUN'
 #!/usr/bin/env bash
 # Runs every GPU test binary in this folder; prints doctest's summary for each.
