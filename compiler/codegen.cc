@@ -78,7 +78,14 @@ class Generator {
         roles += fmt::format(" {} CTAs [{}, {})", r.name, r.first_cta, r.first_cta + r.count);
     }
     line(fmt::format("// Roles:{}; {} threads per CTA.", roles, g.threads));
-    line(g.threads == 384 ? "#include \"mkc/gemm_sm90.cuh\"" : "#include \"mkc/tasks.cuh\"");
+    if (g.threads == 384) {
+      // Beside the wgmma tiles (168 registers a thread) the reductions move one vector at a time:
+      // more in flight spills.
+      line("#define MKC_REDUCE_UNROLL 1");
+      line("#include \"mkc/gemm_sm90.cuh\"");
+    } else {
+      line("#include \"mkc/tasks.cuh\"");
+    }
     line("");
     device_functions();
     line(fmt::format(

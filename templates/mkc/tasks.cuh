@@ -34,6 +34,56 @@ __device__ __forceinline__ long long box_offset(const View& v, const long long* 
   return off;
 }
 
+// Vectors a thread reduces at a time in reduce_slots (the generator lowers it where registers
+// are scarce).
+#ifndef MKC_REDUCE_UNROLL
+#define MKC_REDUCE_UNROLL 4
+#endif
+
+// Data movement in 16-byte vectors. A box of extents ext[n] lies in each of its views as runs of
+// contiguous elements: the innermost dimensions the box covers fully in every view, times the
+// first one it does not. Where every run starts 16-byte aligned in every view and is a whole
+// number of vectors, a CTA moves the box as vectors, several loads in flight per thread; otherwise
+// element by element. Plain (coherent) loads: the data may have come from a peer or another CTA.
+typedef unsigned long long uptr;
+
+__device__ __forceinline__ long long box_run(const View* const* views, int nviews,
+                                             const long long* ext, int n) {
+  long long len = 1;
+  for (int d = n - 1; d >= 0; --d) {
+    len *= ext[d];
+    bool full = true;
+    for (int k = 0; k < nviews; ++k) full = full && ext[d] == views[k]->shape[d];
+    if (!full) break;
+  }
+  return len;
+}
+
+// True when every run of the box (starting at lo in view v, base pointer p) starts on a 16-byte
+// boundary: the first run does, and so does every stride between runs.
+template <typename T>
+__device__ __forceinline__ bool runs_aligned(const T* p, const View& v, const long long* lo,
+                                             const long long* ext, int n, long long run) {
+  constexpr long long V = 16 / sizeof(T);
+  if ((reinterpret_cast<uptr>(p) & 15) != 0 || run % V != 0) return false;
+  long long off = 0, stride = 1, covered = 1;
+  bool aligned = true;
+  for (int d = n - 1; d >= 0; --d) {
+    off += lo[d] * stride;
+    if (covered >= run && stride % V != 0) aligned = false;  // a stride between runs
+    covered *= ext[d];
+    stride *= v.shape[d];
+  }
+  return aligned && off % V == 0;
+}
+
+// Vector j (of `per_run` per run) of the box: its element offset in view v.
+__device__ __forceinline__ long long run_vec_offset(const View& v, const long long* lo,
+                                                    const long long* ext, int n, long long run,
+                                                    long long per_run, long long j, long long V) {
+  return box_offset(v, lo, ext, n, (j / per_run) * run) + (j % per_run) * V;
+}
+
 // C[m0:m1, n0:n1] = fn(A[m0:m1, :] x B[:, n0:n1] (+ bias)), f32 accumulation, 64x64 sub-blocks
 // through shared memory. args {m0, m1, n0, n1, k_step, fn, has_bias}; views {A, B, C[, bias]}.
 template <typename TA, typename TB, typename TC, typename TBias, typename Fn>
@@ -129,13 +179,38 @@ __device__ void grouped_gemm_tile(const KernelArgs& a, const View* v, const long
   }
 }
 
+// n contiguous elements, src to dst, by the whole CTA: 16-byte vectors (four loads in flight per
+// thread) where both pointers are 16-byte aligned, the tail and anything unaligned one by one.
+template <typename T>
+__device__ __forceinline__ void cta_copy(T* dst, const T* src, long long n) {
+  constexpr long long V = 16 / sizeof(T);
+  long long done = 0;
+  if (((reinterpret_cast<uptr>(dst) | reinterpret_cast<uptr>(src)) & 15) == 0) {
+    const long long nv = n / V;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    const long long step = blockDim.x;
+    long long i = threadIdx.x;
+    for (; i + 3 * step < nv; i += 4 * step) {
+      const uint4 x0 = s[i], x1 = s[i + step], x2 = s[i + 2 * step], x3 = s[i + 3 * step];
+      d[i] = x0;
+      d[i + step] = x1;
+      d[i + 2 * step] = x2;
+      d[i + 3 * step] = x3;
+    }
+    for (; i < nv; i += step) d[i] = s[i];
+    done = nv * V;
+  }
+  for (long long e = done + threadIdx.x; e < n; e += blockDim.x) dst[e] = src[e];
+}
+
 // Rows [r0, r1) of the leading dimension: Y = X. args {r0, r1}; views {X, Y}.
 template <typename T>
 __device__ void copy_rows(const KernelArgs& a, const View* v, const long long* args, int nb) {
   const T* X = view_ptr<T>(a, v[0], nb);
   T* Y = view_ptr<T>(a, v[1], nb);
   const long long row = elems_from(v[1], 1);
-  for (long long e = args[0] * row + threadIdx.x; e < args[1] * row; e += blockDim.x) Y[e] = X[e];
+  cta_copy(Y + args[0] * row, X + args[0] * row, (args[1] - args[0]) * row);
 }
 
 __device__ __forceinline__ float reduce2(long long op, float x, float y) {
@@ -236,8 +311,132 @@ __device__ void send_box(const KernelArgs& a, const View* v, const long long* ar
     ext[d] = hi[d] - lo[d];
     total *= ext[d];
   }
+  const View* views[2] = {&v[0], &v[1]};
+  const long long run = box_run(views, 2, ext, n);
+  if (run == total) {  // one run: a flat copy
+    cta_copy(dst + box_offset(v[1], lo2, ext, n, 0), src + box_offset(v[0], lo, ext, n, 0), total);
+    return;
+  }
+  constexpr long long V = 16 / sizeof(T);
+  if (runs_aligned(src, v[0], lo, ext, n, run) && runs_aligned(dst, v[1], lo2, ext, n, run)) {
+    const long long per_run = run / V, nv = total / V;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    for (long long j = threadIdx.x; j < nv; j += blockDim.x) {
+      d[run_vec_offset(v[1], lo2, ext, n, run, per_run, j, V) / V] =
+          s[run_vec_offset(v[0], lo, ext, n, run, per_run, j, V) / V];
+    }
+    return;
+  }
   for (long long i = threadIdx.x; i < total; i += blockDim.x) {
     dst[box_offset(v[1], lo2, ext, n, i)] = src[box_offset(v[0], lo, ext, n, i)];
+  }
+}
+
+// The accumulator of a reduction: f64 for f64 data, 64-bit integers for integers, f32 otherwise.
+template <typename T>
+struct Acc {
+  typedef float type;
+};
+template <>
+struct Acc<double> {
+  typedef double type;
+};
+template <>
+struct Acc<int> {
+  typedef long long type;
+};
+template <>
+struct Acc<long long> {
+  typedef long long type;
+};
+template <typename A, typename T>
+__device__ __forceinline__ A to_acc(T v) {
+  if constexpr (is_same<A, float>::value) {
+    return to_f32(v);
+  } else {
+    return static_cast<A>(v);
+  }
+}
+template <typename T, typename A>
+__device__ __forceinline__ T from_acc(A v) {
+  if constexpr (is_same<A, float>::value) {
+    return from_f32<T>(v);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+template <typename A>
+__device__ __forceinline__ A reduce_acc(long long op, A x, A y) {
+  return op == 0 ? x + y : op == 1 ? (x > y ? x : y) : (x < y ? x : y);
+}
+
+// The vector path of reduce_slots: each thread reduces U vectors of V elements at a time: own,
+// then every peer's slot in rank order (the order of the scalar path and the reference), U loads
+// in flight per source. FLAT: the box is one run, offsets are plain.
+template <typename T, typename A, int U, bool FLAT>
+__device__ __forceinline__ void reduce_vectors(const T* own, const T* slots, T* out,
+                                               long long slot_elems, long long R, long long self,
+                                               long long op, const View& vx, const View& vs,
+                                               const View& vo, const long long* xlo,
+                                               const long long* lo, const long long* olo,
+                                               const long long* ext, int n, long long run) {
+  constexpr long long V = 16 / sizeof(T);
+  long long total = 1;
+  for (int d = 0; d < n; ++d) total *= ext[d];
+  const long long per_run = run / V, nv = total / V, step = blockDim.x;
+  const long long xo0 = box_offset(vx, xlo, ext, n, 0), so0 = box_offset(vs, lo, ext, n, 0),
+                  oo0 = box_offset(vo, olo, ext, n, 0);
+  for (long long j0 = threadIdx.x; j0 < nv; j0 += U * step) {
+    long long so[U], oo[U];
+    bool live[U];
+    uint4 in[U];
+    A acc[U][V];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long j = j0 + u * step;
+      live[u] = j < nv;
+      long long xo;
+      if (FLAT) {
+        xo = xo0 + j * V;
+        so[u] = so0 + j * V;
+        oo[u] = oo0 + j * V;
+      } else {
+        xo = run_vec_offset(vx, xlo, ext, n, run, per_run, j, V);
+        so[u] = run_vec_offset(vs, lo, ext, n, run, per_run, j, V);
+        oo[u] = run_vec_offset(vo, olo, ext, n, run, per_run, j, V);
+      }
+      if (live[u]) in[u] = *reinterpret_cast<const uint4*>(own + xo);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const T* e = reinterpret_cast<const T*>(&in[u]);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[u][k] = live[u] ? to_acc<A>(e[k]) : A(0);
+    }
+    for (long long s = 0; s < R; ++s) {
+      if (s == self) continue;
+      const T* src = slots + s * slot_elems;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (live[u]) in[u] = *reinterpret_cast<const uint4*>(src + so[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const T* e = reinterpret_cast<const T*>(&in[u]);
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[u][k] = reduce_acc(op, acc[u][k], to_acc<A>(e[k]));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (!live[u]) continue;
+      uint4 res;
+      T* e = reinterpret_cast<T*>(&res);
+#pragma unroll
+      for (int k = 0; k < V; ++k) e[k] = from_acc<T>(acc[u][k]);
+      *reinterpret_cast<uint4*>(out + oo[u]) = res;
+    }
   }
 }
 
@@ -263,15 +462,33 @@ __device__ void reduce_slots(const KernelArgs& a, const View* v, const long long
     ext[d] = args[4 + n + d] - xlo[d];
     total *= ext[d];
   }
+  typedef typename Acc<T>::type A;
+  const long long* olo = out_x ? xlo : lo;
+  const View* views[3] = {&v[0], &one, &v[2]};
+  const long long run = box_run(views, 3, ext, n);
+  bool vec = runs_aligned(own, v[0], xlo, ext, n, run) && runs_aligned(out, v[2], olo, ext, n, run);
+  for (long long s = 0; s < R && vec; ++s)
+    vec = runs_aligned(slots + s * slot_elems, one, lo, ext, n, run);
+  if (vec) {
+    // One run (the usual chunk): plain offsets, four vectors per thread in flight; several runs:
+    // each vector finds its run (64-bit divisions), one at a time.
+    if (run == total) {
+      reduce_vectors<T, A, MKC_REDUCE_UNROLL, true>(own, slots, out, slot_elems, R, self, op, v[0],
+                                                    one, v[2], xlo, lo, olo, ext, n, run);
+    } else {
+      reduce_vectors<T, A, 1, false>(own, slots, out, slot_elems, R, self, op, v[0], one, v[2], xlo,
+                                     lo, olo, ext, n, run);
+    }
+    return;
+  }
   for (long long i = threadIdx.x; i < total; i += blockDim.x) {
     const long long xo = box_offset(v[0], xlo, ext, n, i);
     const long long so = box_offset(one, lo, ext, n, i);
-    float acc = to_f32(own[xo]);
+    A acc = to_acc<A>(own[xo]);
     for (long long s = 0; s < R; ++s) {
-      if (s != self) acc = reduce2(op, acc, to_f32(slots[s * slot_elems + so]));
+      if (s != self) acc = reduce_acc(op, acc, to_acc<A>(slots[s * slot_elems + so]));
     }
-    out[out_x ? box_offset(v[2], xlo, ext, n, i) : box_offset(v[2], lo, ext, n, i)] =
-        from_f32<T>(acc);
+    out[box_offset(v[2], olo, ext, n, i)] = from_acc<T>(acc);
   }
 }
 
