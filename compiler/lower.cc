@@ -464,6 +464,7 @@ class Lowerer {
   // out_in_x_coords, x range, slot range}: out[box] = op(own[x box], slots[s][slot box] for every
   // s != self), where out's box is the x box (all-reduce) or the slot box (reduce-scatter).
   void lower_reduction(int i) {
+    const size_t first_task = plan_.tasks.size();
     const OpInstance& op = s_.ops[i];
     const bool all = op.kind == OpKind::kAllReduce;
     const TensorUse& x = op.inputs[0];
@@ -545,6 +546,11 @@ class Lowerer {
           }
         }
       }
+      // Every rank's part in chunk c (its send, the owner's reduction and broadcast) on one CTA
+      // index: the ranks' CTAs meet on the same chunks.
+      for (size_t t = first_task; t < plan_.tasks.size(); ++t) {
+        if (plan_.tasks[t].group < 0) plan_.tasks[t].group = c;
+      }
     }
   }
 
@@ -568,6 +574,7 @@ class Lowerer {
           push_range(&t.args, lo, hi);
           push_range(&t.args, ylo, yhi);
           t.writes = {box(view(op.outputs[0], d), ylo, yhi)};
+          t.group = c * R() + d;
           plan_.tasks.push_back(std::move(t));
         }
       }
@@ -586,6 +593,7 @@ class Lowerer {
         plan_.tasks.push_back(send(i, s, view(x, s), view(op.outputs[0], d), chunks[c].first,
                                    chunks[c].second,
                                    fmt::format("{}.chunk({}).to({})", name_of(op), c, d)));
+        plan_.tasks.back().group = c;
       }
     }
   }

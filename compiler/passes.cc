@@ -89,8 +89,8 @@ nlohmann::json to_json(const Plan& plan) {
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     const Task& t = plan.tasks[i];
     json jt = {
-        {"id", i},      {"label", t.label}, {"rank", t.rank}, {"kind", task_kind_name(t.kind)},
-        {"cta", t.cta}, {"order", t.order}, {"args", t.args}};
+        {"id", i},      {"label", t.label}, {"rank", t.rank},   {"kind", task_kind_name(t.kind)},
+        {"cta", t.cta}, {"order", t.order}, {"group", t.group}, {"args", t.args}};
     jt["waits"] = json::array();
     for (const Wait& w : t.waits)
       jt["waits"].push_back(

@@ -112,6 +112,9 @@ struct Task {
   std::vector<Signal> signals;
   int cta = -1;    // scheduling: the CTA that runs it
   int order = -1;  // position in a global topological order
+  // Scheduling hint: the tasks of one operation with one group (a collective's chunk) run on the
+  // same CTA index on every rank, so the ranks' CTAs move through their chunks in step. -1: none.
+  int64_t group = -1;
 };
 
 struct Role {

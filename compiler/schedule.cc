@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <queue>
 
 #include "support/error.h"
@@ -47,6 +48,21 @@ std::vector<int> producers(const Plan& p) {
   }
   chain += fmt::format(" waits for {} (rank {})", p.tasks[v].label, p.tasks[v].rank);
   throw UserError(fmt::format("plan `{}` has a wait cycle, a deadlock: {}", p.schedule, chain));
+}
+
+// What a task costs a CTA, for balancing the comm CTAs: the bytes of the boxes it reads and
+// writes, plus a fixed 4 KiB for the wait and signal around it (so tasks that move nothing
+// spread too).
+int64_t task_cost(const Plan& p, const Task& t) {
+  int64_t bytes = 4096;
+  for (const std::vector<Box>* boxes : {&t.reads, &t.writes}) {
+    for (const Box& b : *boxes) {
+      int64_t v = 1;
+      for (size_t d = 0; d < b.lo.size(); ++d) v *= b.hi[d] - b.lo[d];
+      bytes += v * compiler::dtype_bytes(p.buffers[b.buffer].dtype);
+    }
+  }
+  return bytes;
 }
 
 }  // namespace
@@ -119,17 +135,38 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
                 Role{"comm", static_cast<int>(compute), static_cast<int>(comm)}};
   const int64_t ctas = compute + comm;
 
-  // Per-rank CTA lists in the global order.
+  // Per-rank CTA lists in the global order. Compute tiles go round robin (they cost alike); a
+  // comm task goes to the comm CTA with the least work so far (bytes moved), the next one in
+  // turn among equals: a collective's phases (sends, reductions, broadcasts) cost differently,
+  // and round robin could give each CTA one phase only, leaving the slow phase on a third of them.
   std::vector<int> by_order(n);
   for (size_t t = 0; t < n; ++t) by_order[plan.tasks[t].order] = static_cast<int>(t);
   plan.cta_tasks.assign(plan.ranks, std::vector<std::vector<int>>(ctas));
   std::vector<int64_t> next_compute(plan.ranks, 0), next_comm(plan.ranks, 0);
+  std::vector<std::vector<int64_t>> comm_load(plan.ranks, std::vector<int64_t>(comm, 0));
+  // A group's CTA, the same on every rank: groups take the comm CTAs in turn.
+  std::map<std::pair<int, int64_t>, int64_t> group_cta;
+  int64_t next_group = 0;
   for (int t : by_order) {
     Task& task = plan.tasks[t];
     int cta;
     const bool on_comm = comm > 0 && (task_kind_is_comm(task.kind) || compute == 0);
     if (on_comm) {
-      cta = static_cast<int>(compute + next_comm[task.rank]++ % comm);
+      std::vector<int64_t>& load = comm_load[task.rank];
+      int64_t best = next_comm[task.rank] % comm;
+      if (task.group >= 0) {
+        const auto [it, fresh] = group_cta.try_emplace({task.op, task.group}, next_group % comm);
+        if (fresh) ++next_group;
+        best = it->second;
+      } else {
+        for (int64_t i = 1; i < comm; ++i) {
+          const int64_t c = (next_comm[task.rank] + i) % comm;
+          if (load[c] < load[best]) best = c;
+        }
+        next_comm[task.rank] = best + 1;
+      }
+      load[best] += task_cost(plan, task);
+      cta = static_cast<int>(compute + best);
     } else {
       cta = static_cast<int>(next_compute[task.rank]++ % compute);
     }
