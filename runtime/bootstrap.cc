@@ -205,16 +205,28 @@ Rendezvous::Rendezvous(const World& world, std::chrono::milliseconds timeout)
         continue;
       }
       if (static_cast<int>(h.size) != world_.size || h.rank == 0 ||
-          static_cast<int>(h.rank) >= world_.size || peers_[h.rank] >= 0) {
+          static_cast<int>(h.rank) >= world_.size) {
         ::close(fd);
         throw EnvironmentError(fmt::format(
-            "rendezvous: a process said it is rank {} of {}, but this job is {} ranks{}: two jobs "
+            "rendezvous: a process said it is rank {} of {}, but this job is {} ranks: two jobs "
             "on one MASTER_PORT, or inconsistent launcher variables",
-            h.rank, h.size, world_.size,
-            h.rank < peers_.size() && peers_[h.rank] >= 0 ? " and that rank already joined" : ""));
+            h.rank, h.size, world_.size));
+      }
+      // The acknowledgement: a rank that reached a listener about to close (the previous job's,
+      // in this process) gets none and connects again.
+      const char ack = 'k';
+      if (!send_all(fd, &ack, 1)) {
+        ::close(fd);
+        continue;
+      }
+      // A rank that connects again gave up waiting for the acknowledgement of its first
+      // connection: the newer one is the live one.
+      if (peers_[h.rank] >= 0) {
+        ::close(peers_[h.rank]);
+      } else {
+        ++joined;
       }
       peers_[h.rank] = fd;
-      ++joined;
     }
   } else {
     addrinfo hints{}, *res = nullptr;
@@ -226,14 +238,24 @@ Rendezvous::Rendezvous(const World& world, std::chrono::milliseconds timeout)
       throw EnvironmentError(fmt::format("rendezvous: cannot resolve MASTER_ADDR `{}`: {}",
                                          world_.master_addr, gai_strerror(g)));
     }
+    // Connect, introduce this rank, wait for rank 0's acknowledgement; until then any failure
+    // (rank 0 not listening yet, or a listener of a job that is ending) means: try again.
+    const Header h{kMagic, static_cast<uint32_t>(world_.rank), static_cast<uint32_t>(world_.size),
+                   0, 0};
     int fd = -1;
     while (true) {
       fd = ::socket(AF_INET, SOCK_STREAM, 0);
-      if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) break;
+      if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+        set_nodelay(fd);
+        char ack = 0;
+        const auto ack_by = std::min(deadline, Clock::now() + std::chrono::seconds(2));
+        if (send_all(fd, &h, sizeof(h)) && recv_all(fd, &ack, 1, ack_by) == Recv::kOk && ack == 'k')
+          break;
+      }
       if (fd >= 0) ::close(fd);
       fd = -1;
       if (remaining_ms(deadline) == 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 0 may not listen yet
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     ::freeaddrinfo(res);
     if (fd < 0) {
@@ -241,13 +263,6 @@ Rendezvous::Rendezvous(const World& world, std::chrono::milliseconds timeout)
           "rendezvous: rank {} could not reach rank 0 at {} within {:.1f} s (is rank 0 running, "
           "and MASTER_ADDR/MASTER_PORT the same for every rank?)",
           world_.rank, where, timeout_.count() / 1e3));
-    }
-    set_nodelay(fd);
-    const Header h{kMagic, static_cast<uint32_t>(world_.rank), static_cast<uint32_t>(world_.size),
-                   0, 0};
-    if (!send_all(fd, &h, sizeof(h))) {
-      ::close(fd);
-      throw EnvironmentError(fmt::format("rendezvous: rank 0 at {} closed the connection", where));
     }
     peers_ = {fd};
   }

@@ -137,6 +137,43 @@ TEST_CASE("rendezvous: four ranks as threads all-gather blobs of different sizes
   }
 }
 
+// Two jobs one after the other on one port (the JIT API does this when a program builds a second
+// kernel): rank 1 starts the second rendezvous while rank 0 still holds the first one's listener.
+// Its connection to the old listener is never acknowledged, so it connects again.
+TEST_CASE("rendezvous: a second job on the same port while the first one's listener lingers") {
+  const int port = free_port();
+  std::string errors[2];
+  std::vector<std::string> second[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        World w;
+        w.rank = r;
+        w.size = 2;
+        w.local_rank = r;
+        w.local_size = 2;
+        w.master_port = port;
+        {
+          Rendezvous first(w, std::chrono::seconds(10));
+          first.barrier();
+          if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        }
+        Rendezvous next(w, std::chrono::seconds(10));
+        second[r] = next.all_gather(fmt::format("job 2 rank {}", r));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    CHECK_MESSAGE(errors[r].empty(), errors[r]);
+    REQUIRE(second[r].size() == 2u);
+    CHECK(second[r][1] == "job 2 rank 1");
+  }
+}
+
 TEST_CASE("rendezvous: a rank that never comes, or a rank 0 that never listens, is named") {
   const int port = free_port();
   std::string err0, err1;
