@@ -112,6 +112,7 @@ std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan,
         }
         num += (got[e] - want) * (got[e] - want);
         den += want * want;
+        if (got[e] != quantize(want, s.tensors[t].dtype)) ++c.inexact;
       }
       c.rel_error = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
       out.push_back(c);

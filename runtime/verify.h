@@ -18,6 +18,8 @@ struct TensorCheck {
   std::string tensor;
   double rel_error = 0;   // relative L2 error against the reference
   int64_t unwritten = 0;  // elements the reference wrote and the kernel did not
+  int64_t inexact = 0;    // written elements that differ from the reference rounded to the
+                          // element type (0: bitwise equal; expected for moves and 2-rank sums)
   double tolerance = 0;
   bool ok() const { return unwritten == 0 && rel_error <= tolerance; }
 };
