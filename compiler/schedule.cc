@@ -11,16 +11,16 @@
 namespace mkc::plan {
 namespace {
 
-// The task that signals each event.
-std::vector<int> producers(const Plan& p) {
-  std::vector<int> by_event(p.events.size(), -1);
+// The tasks that signal each event (several for a whole-operation counter).
+std::vector<std::vector<int>> producers(const Plan& p) {
+  std::vector<std::vector<int>> by_event(p.events.size());
   for (size_t t = 0; t < p.tasks.size(); ++t) {
-    for (const Signal& s : p.tasks[t].signals) by_event[s.event] = static_cast<int>(t);
+    for (const Signal& s : p.tasks[t].signals) by_event[s.event].push_back(static_cast<int>(t));
   }
   return by_event;
 }
 
-[[noreturn]] void report_cycle(const Plan& p, const std::vector<int>& by_event,
+[[noreturn]] void report_cycle(const Plan& p, const std::vector<std::vector<int>>& by_event,
                                const std::vector<int>& indeg) {
   // Walk back along waits among the tasks left over until a task repeats: that is a cycle.
   int start = -1;
@@ -35,8 +35,9 @@ std::vector<int> producers(const Plan& p) {
     path.push_back(v);
     int next = -1;
     for (const Wait& w : p.tasks[v].waits) {
-      const int pr = by_event[w.event];
-      if (pr >= 0 && indeg[pr] > 0 && w.lag == 0) next = pr;
+      for (int pr : by_event[w.event]) {
+        if (indeg[pr] > 0 && w.lag == 0) next = pr;
+      }
     }
     if (next < 0) break;
     v = next;
@@ -69,19 +70,22 @@ int64_t task_cost(const Plan& p, const Task& t) {
 
 void schedule(Plan& plan, const ScheduleOptions& options) {
   const size_t n = plan.tasks.size();
-  const std::vector<int> by_event = producers(plan);
+  const std::vector<std::vector<int>> by_event = producers(plan);
   // Topological order over this launch's waits (lagged waits point at the previous launch).
   std::vector<int> indeg(n, 0);
   std::vector<std::vector<int>> out(n);
   for (size_t t = 0; t < n; ++t) {
     for (const Wait& w : plan.tasks[t].waits) {
-      const int pr = by_event[w.event];
-      if (pr < 0)
-        throw InternalError(fmt::format("event {} of task {} has no producer",
-                                        plan.events[w.event].name, plan.tasks[t].label));
+      const std::vector<int>& prs = by_event[w.event];
+      if (static_cast<int64_t>(prs.size()) != w.count)
+        throw InternalError(
+            fmt::format("event {} of task {} has {} producer(s), the wait counts {}",
+                        plan.events[w.event].name, plan.tasks[t].label, prs.size(), w.count));
       if (w.lag != 0) continue;
-      ++indeg[t];
-      out[pr].push_back(static_cast<int>(t));
+      for (int pr : prs) {
+        ++indeg[t];
+        out[pr].push_back(static_cast<int>(t));
+      }
     }
   }
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
