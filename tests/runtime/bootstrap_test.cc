@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "support/error.h"
+#include "tests/support/run.h"
 
 namespace mkc::rt {
 namespace {
@@ -220,23 +221,13 @@ TEST_CASE("rendezvous: a rank that never comes, or a rank 0 that never listens, 
                        doctest::Contains("could not reach rank 0 at 127.0.0.1"), EnvironmentError);
 }
 
-// Runs a command line, returns its exit status and its stdout + stderr.
-std::pair<int, std::string> run(const std::string& cmd) {
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using mkc::testing::run_command;
 
 const char* kMkrun = "tools/mkrun/mkrun";
 const char* kProbe = "tests/runtime/bootstrap_probe";
 
 TEST_CASE("mkrun: a 4-process job rendezvous; every rank sees every other") {
-  const auto [rc, out] = run(fmt::format("{} -n 4 {}", kMkrun, kProbe));
+  const auto [rc, out] = run_command(fmt::format("{} -n 4 {}", kMkrun, kProbe));
   CHECK_MESSAGE(rc == 0, out);
   for (int r = 0; r < 4; ++r) {
     CHECK_MESSAGE(out.find(fmt::format("probe {} of 4 (torchrun/mkrun): rank 0,rank 1,rank 2,rank "
@@ -247,7 +238,7 @@ TEST_CASE("mkrun: a 4-process job rendezvous; every rank sees every other") {
 }
 
 TEST_CASE("mkrun: a failing rank stops the job with its code; a hung one is killed") {
-  auto [rc, out] = run(fmt::format("{} -n 3 {} --fail-rank 1", kMkrun, kProbe));
+  auto [rc, out] = run_command(fmt::format("{} -n 3 {} --fail-rank 1", kMkrun, kProbe));
   CHECK(rc == 3);
   CHECK_MESSAGE(
       out.find("mkrun: rank 1 exited with code 3; stopping the other") != std::string::npos, out);
@@ -255,13 +246,13 @@ TEST_CASE("mkrun: a failing rank stops the job with its code; a hung one is kill
   // or are stopped. The job ends well within the probe's 20 s rendezvous deadline.
   const auto t0 = std::chrono::steady_clock::now();
   std::tie(rc, out) =
-      run(fmt::format("{} -n 3 --grace 1 {} --hang-rank 2 --fail-rank 0", kMkrun, kProbe));
+      run_command(fmt::format("{} -n 3 --grace 1 {} --hang-rank 2 --fail-rank 0", kMkrun, kProbe));
   CHECK(rc == 3);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
-  std::tie(rc, out) = run(fmt::format("{} -n 2 /nonexistent/program", kMkrun));
+  std::tie(rc, out) = run_command(fmt::format("{} -n 2 /nonexistent/program", kMkrun));
   CHECK(rc == 127);
   CHECK_MESSAGE(out.find("cannot run `/nonexistent/program`") != std::string::npos, out);
-  std::tie(rc, out) = run(fmt::format("{} {}", kMkrun, kProbe));
+  std::tie(rc, out) = run_command(fmt::format("{} {}", kMkrun, kProbe));
   CHECK(rc == 1);
   CHECK_MESSAGE(out.find("-n N is required") != std::string::npos, out);
 }

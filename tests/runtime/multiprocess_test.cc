@@ -14,20 +14,11 @@
 #include <utility>
 
 #include "tests/support/gpu.h"
+#include "tests/support/run.h"
 
 namespace {
 
-// Runs a command line, returns its exit status and its stdout + stderr.
-std::pair<int, std::string> run(const std::string& cmd) {
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using mkc::testing::run_command;
 
 // The binaries: next to this test in the GPU bundle (tools/gpu_bundle.sh), or in Bazel's runfiles.
 std::string find(const char* bundled, const char* runfile) {
@@ -55,7 +46,7 @@ GPU_TEST_CASE("one process per rank: collectives and GEMM+AllReduce checked over
     for (const Job& j : jobs) {
       const std::string cmd = fmt::format("{} -n {} {} samples/{}.mks {} --check 200", kMkrun,
                                           ranks, kProbe, j.sample, j.defines);
-      const auto [rc, out] = run(cmd);
+      const auto [rc, out] = run_command(cmd);
       MESSAGE(cmd << "\n" << out);
       CHECK(rc == 0);
       for (int r = 0; r < ranks; ++r) {
@@ -70,7 +61,7 @@ GPU_TEST_CASE(
     "one process per rank: a rank that skips its launch; the others time out, then work") {
   const std::string cmd = fmt::format(
       "{} -n 2 {} samples/allgather.mks -D M=1024 -D K=64 --skip-rank 1", kMkrun, kProbe);
-  const auto [rc, out] = run(cmd);
+  const auto [rc, out] = run_command(cmd);
   MESSAGE(cmd << "\n" << out);
   CHECK(rc == 0);
   CHECK(out.find("rank 0: timed out as it should: launch 1 timed out on rank 0") !=
@@ -85,7 +76,7 @@ GPU_TEST_CASE("mkc run under mkrun: each process runs, checks, times and traces 
       "{} -n 2 {} run samples/allreduce.mks -D N=65536 --share-gpus --check --iters 50 --trace "
       "/tmp/mkc_mp_trace.json",
       kMkrun, kMkc);
-  const auto [rc, out] = run(cmd);
+  const auto [rc, out] = run_command(cmd);
   MESSAGE(cmd << "\n" << out);
   CHECK(rc == 0);
   CHECK(out.find("on 2 rank(s)") != std::string::npos);

@@ -1,0 +1,21 @@
+#include "tests/support/run.h"
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <stdexcept>
+
+namespace mkc::testing {
+
+std::pair<int, std::string> run_command(const std::string& cmd) {
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) throw std::runtime_error("popen failed for: " + cmd);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+}  // namespace mkc::testing
