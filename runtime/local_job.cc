@@ -99,9 +99,20 @@ LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin,
       threads_(kernel.threads),
       smem_(kernel.dynamic_smem),
       opts_(std::move(options)) {
+  // A failure half way releases what was taken (the destructor does not run for a constructor
+  // that throws): contexts, modules, memory, IPC mappings.
+  try {
+    init(cubin, kernel);
+  } catch (...) {
+    release(false);
+    throw;
+  }
+}
+
+void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) {
   const int ctas = ctas_, threads = threads_;
   const Driver& d = Driver::get();
-  const int n = static_cast<int>(plan.ranks);
+  const int n = static_cast<int>(plan_.ranks);
   const int gpus = device_count();
   if (gpus == 0) throw EnvironmentError("no GPU: the CUDA driver sees no device");
   Rendezvous* group = opts_.group;
@@ -140,13 +151,13 @@ LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin,
   // The symmetric heap: every buffer at the same offset on every rank, then the event counters.
   // 512-byte alignment covers 16-byte vector accesses and TMA's global address rule.
   auto align = [](size_t x) { return (x + 511) & ~size_t{511}; };
-  for (const plan::Buffer& b : plan.buffers) {
+  for (const plan::Buffer& b : plan_.buffers) {
     offsets_.push_back(heap_bytes_);
     heap_bytes_ =
         align(heap_bytes_ + static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype));
   }
   events_offset_ = heap_bytes_;
-  heap_bytes_ = align(heap_bytes_ + std::max<size_t>(1, plan.events.size()) * 8);
+  heap_bytes_ = align(heap_bytes_ + std::max<size_t>(1, plan_.events.size()) * 8);
 
   for (int r = 0; r < n; ++r) ranks_.push_back(std::make_unique<Rank>());
   // The device of each local rank, and how many of this process's ranks share it.
@@ -220,7 +231,7 @@ LocalJob::LocalJob(const plan::Plan& plan, const std::string& cubin,
   CtxScope maps_scope(d, ranks_[local_.at(0)]->ctx);
   for (const codegen::TensorMapSpec& m : kernel.tensor_maps) {
     maps.push_back(encode_tensor_map(d, ranks_.at(m.rank)->heap + offsets_.at(m.buffer), m,
-                                     plan.buffers.at(m.buffer).name));
+                                     plan_.buffers.at(m.buffer).name));
   }
   for (int r : local_) {
     Rank& rk = *ranks_[r];
@@ -285,24 +296,37 @@ void LocalJob::swap_heaps() {
 }
 
 LocalJob::~LocalJob() {
-  // Destructors never throw: failures here are ignored (the process is usually ending).
+  release(true);
+}
+
+// Destructors never throw: failures here are ignored (the process is usually ending). Safe on a
+// job half built: every handle is checked before it is released.
+void LocalJob::release(bool barrier) {
   const Driver& d = Driver::get();
+  if (ranks_.empty()) return;  // nothing taken yet
   for (int r : local_) {
+    if (!ranks_[r]->ctx) continue;
     d.cuCtxSetCurrent(ranks_[r]->ctx);
-    d.cuStreamSynchronize(ranks_[r]->stream);
+    if (ranks_[r]->stream) d.cuStreamSynchronize(ranks_[r]->stream);
   }
   // No rank frees its heap while a peer's kernel may still write into it.
-  if (opts_.group) {
+  if (barrier && opts_.group) {
     try {
       opts_.group->barrier();
     } catch (const std::exception&) {
     }
   }
-  for (auto& rk : ranks_) {
-    if (rk->ipc_mapped) d.cuIpcCloseMemHandle(rk->heap);
+  // Peers' heaps were mapped in this process's (one) local rank's context.
+  if (opts_.group && !local_.empty() && ranks_[local_[0]]->ctx) {
+    d.cuCtxSetCurrent(ranks_[local_[0]]->ctx);
+    for (auto& rk : ranks_) {
+      if (rk->ipc_mapped) d.cuIpcCloseMemHandle(rk->heap);
+      rk->ipc_mapped = false;
+    }
   }
   for (int r : local_) {
     Rank& rk = *ranks_[r];
+    if (!rk.ctx) continue;
     d.cuCtxSetCurrent(rk.ctx);
     if (rk.heap) d.cuMemFree(rk.heap);
     if (rk.buffer_table) d.cuMemFree(rk.buffer_table);
@@ -312,7 +336,8 @@ LocalJob::~LocalJob() {
     if (rk.error) d.cuMemFreeHost(rk.error);
     if (rk.stream) d.cuStreamDestroy(rk.stream);
     if (rk.mod) d.cuModuleUnload(rk.mod);
-    if (rk.ctx) d.cuDevicePrimaryCtxRelease(rk.dev);
+    d.cuDevicePrimaryCtxRelease(rk.dev);
+    rk = Rank{};
   }
   d.cuCtxSetCurrent(nullptr);
 }

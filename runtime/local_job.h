@@ -91,6 +91,8 @@ class LocalJob {
  private:
   struct Rank;
   Rank& local(int rank, const char* what) const;
+  void init(const std::string& cubin, const codegen::Generated& kernel);
+  void release(bool barrier);
   void enqueue(int r);
   void finish(const std::vector<int>& which);
   void swap_heaps();
