@@ -20,12 +20,9 @@
 //
 // Usage: allreduce_bench [--sizes 8K,64K,512K,4M,32M,256M] [--chain 16] [--ranks R] [--nccl PATH]
 //                        [--schedule bench/allreduce.mks]
-#include <dlfcn.h>
 #include <fmt/format.h>
-#include <nccl.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/baselines.h"
 #include "runtime/api.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/local_job.h"
@@ -44,52 +42,10 @@ namespace {
 using mkc::EnvironmentError;
 using mkc::UserError;
 namespace rt = mkc::rt;
-using Clock = std::chrono::steady_clock;
 
-// The NCCL entry points the bench calls, resolved from the library.
-class Nccl {
- public:
-  explicit Nccl(const std::string& hint) {
-    const std::string path = hint.empty() ? "libnccl.so.2" : hint;
-    lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib_ == nullptr) {
-      throw EnvironmentError(fmt::format(
-          "cannot load NCCL ({}): {}; pass --nccl /path/to/libnccl.so.2", path, dlerror()));
-    }
-    get(init_all, "ncclCommInitAll");
-    get(destroy, "ncclCommDestroy");
-    get(all_reduce, "ncclAllReduce");
-    get(group_start, "ncclGroupStart");
-    get(group_end, "ncclGroupEnd");
-    get(error_string, "ncclGetErrorString");
-    get(version, "ncclGetVersion");
-  }
-  ~Nccl() { dlclose(lib_); }
-  Nccl(const Nccl&) = delete;
-  Nccl& operator=(const Nccl&) = delete;
-
-  void check(ncclResult_t r, const char* call) const {
-    if (r != ncclSuccess)
-      throw EnvironmentError(
-          fmt::format("{} failed: {} ({})", call, error_string(r), static_cast<int>(r)));
-  }
-
-  decltype(&ncclCommInitAll) init_all = nullptr;
-  decltype(&ncclCommDestroy) destroy = nullptr;
-  decltype(&ncclAllReduce) all_reduce = nullptr;
-  decltype(&ncclGroupStart) group_start = nullptr;
-  decltype(&ncclGroupEnd) group_end = nullptr;
-  decltype(&ncclGetErrorString) error_string = nullptr;
-  decltype(&ncclGetVersion) version = nullptr;
-
- private:
-  template <typename F>
-  void get(F& f, const char* name) {
-    f = reinterpret_cast<F>(dlsym(lib_, name));
-    if (f == nullptr) throw EnvironmentError(fmt::format("NCCL has no `{}`", name));
-  }
-  void* lib_ = nullptr;
-};
+using mkc::bench::MultiGraph;
+using mkc::bench::Nccl;
+using mkc::bench::time_job;
 
 int64_t parse_size(const std::string& s) {
   char* end = nullptr;
@@ -125,29 +81,18 @@ int64_t chain_chunk(int64_t n) {
   return std::max<int64_t>(std::min<int64_t>(n, 65536), n / 128);
 }
 
-// Times `iters` launches of a job after a warm-up; returns mean us per launch. The count adapts so
-// one measurement lasts about 0.2 s (at least 10 launches, at most `max_iters`).
-double time_job(rt::LocalJob& job, int max_iters) {
-  job.launch();
-  const double first = job.time_launches(3);
-  const int iters = std::clamp(static_cast<int>(200'000.0 / std::max(first, 1.0)), 10, max_iters);
-  return job.time_launches(iters);
-}
-
 struct Row {
   int64_t bytes = 0;
   double mkc_us = 0, chain_us = 0, nccl_us = 0, err_ref = 0, err_nccl = 0;
   std::string algo;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   setenv("NCCL_NVLS_ENABLE", "0", 0);
   std::vector<int64_t> sizes = {8 << 10, 64 << 10, 512 << 10, 4 << 20, 32 << 20, 256 << 20};
   std::string schedule = "bench/allreduce.mks", nccl_path;
   int chain = 16, ranks = 0;
-  try {
+  {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       auto value = [&]() -> std::string {
@@ -236,39 +181,37 @@ int main(int argc, char** argv) {
       row.mkc_us = time_job(job, 2000);
 
       // NCCL on the same X, into its own output, on its own streams (one per GPU).
+      std::vector<CUcontext> ctxs;
+      for (int r = 0; r < ranks; ++r) ctxs.push_back(job.context(r));
+      MultiGraph graphs(ctxs);
       std::vector<CUdeviceptr> out(ranks);
-      std::vector<CUstream> streams(ranks);
-      std::vector<CUgraphExec> execs(ranks);
       for (int r = 0; r < ranks; ++r) {
-        MKC_CU(d, cuCtxSetCurrent, job.context(r));
+        graphs.make_current(r);
         MKC_CU(d, cuMemAlloc, &out[r], static_cast<size_t>(bytes));
         MKC_CU(d, cuMemsetD8, out[r], 0xFF, static_cast<size_t>(bytes));
-        MKC_CU(d, cuStreamCreate, &streams[r], CU_STREAM_NON_BLOCKING);
       }
-      auto nccl_once = [&]() {
-        nccl.check(nccl.group_start(), "ncclGroupStart");
-        for (int r = 0; r < ranks; ++r) {
-          nccl.check(
-              nccl.all_reduce(reinterpret_cast<const void*>(job.buffer_address(r, 0)),
-                              reinterpret_cast<void*>(out[r]), static_cast<size_t>(n), ncclBfloat16,
-                              ncclSum, comms[r], reinterpret_cast<cudaStream_t>(streams[r])),
-              "ncclAllReduce");
+      const int per_graph = 20;
+      int calls = 0;
+      graphs.capture([&]() {
+        // Eagerly once (the warm-up, whose result is checked below), then captured 20 times.
+        const int times = calls++ == 0 ? 1 : per_graph;
+        for (int i = 0; i < times; ++i) {
+          nccl.check(nccl.group_start(), "ncclGroupStart");
+          for (int r = 0; r < ranks; ++r) {
+            nccl.check(nccl.all_reduce(reinterpret_cast<const void*>(job.buffer_address(r, 0)),
+                                       reinterpret_cast<void*>(out[r]), static_cast<size_t>(n),
+                                       ncclBfloat16, ncclSum, comms[r],
+                                       reinterpret_cast<cudaStream_t>(graphs.stream(r))),
+                       "ncclAllReduce");
+          }
+          nccl.check(nccl.group_end(), "ncclGroupEnd");
         }
-        nccl.check(nccl.group_end(), "ncclGroupEnd");
-      };
-      auto sync_all = [&]() {
-        for (int r = 0; r < ranks; ++r) {
-          MKC_CU(d, cuCtxSetCurrent, job.context(r));
-          MKC_CU(d, cuStreamSynchronize, streams[r]);
-        }
-      };
-      for (int w = 0; w < 3; ++w) nccl_once();  // warm-up, eager
-      sync_all();
-      // NCCL's result against mkc's.
+      });
+      // NCCL's result (from the eager run) against mkc's.
       double nn = 0, nd = 0;
       std::vector<uint16_t> h(n);
       for (int r = 0; r < ranks; ++r) {
-        MKC_CU(d, cuCtxSetCurrent, job.context(r));
+        graphs.make_current(r);
         MKC_CU(d, cuMemcpyDtoH, h.data(), out[r], static_cast<size_t>(bytes));
         for (int64_t i = 0; i < n; ++i) {
           const double e = rt::from_bf16(h[i]) - y[r][i];
@@ -277,42 +220,9 @@ int main(int argc, char** argv) {
         }
       }
       row.err_nccl = std::sqrt(nn / nd);
-      // The graph: 20 all-reduces captured from every stream at once.
-      const int per_graph = 20;
+      row.nccl_us = graphs.replay_us() / per_graph;
       for (int r = 0; r < ranks; ++r) {
-        MKC_CU(d, cuCtxSetCurrent, job.context(r));
-        MKC_CU(d, cuStreamBeginCapture, streams[r], CU_STREAM_CAPTURE_MODE_RELAXED);
-      }
-      for (int i = 0; i < per_graph; ++i) nccl_once();
-      for (int r = 0; r < ranks; ++r) {
-        MKC_CU(d, cuCtxSetCurrent, job.context(r));
-        CUgraph g{};
-        MKC_CU(d, cuStreamEndCapture, streams[r], &g);
-        MKC_CU(d, cuGraphInstantiateWithFlags, &execs[r], g, 0);
-        MKC_CU(d, cuGraphDestroy, g);
-      }
-      auto replay = [&](int times) {
-        for (int t = 0; t < times; ++t) {
-          for (int r = 0; r < ranks; ++r) {
-            MKC_CU(d, cuCtxSetCurrent, job.context(r));
-            MKC_CU(d, cuGraphLaunch, execs[r], streams[r]);
-          }
-        }
-        sync_all();
-      };
-      replay(2);
-      auto t0 = Clock::now();
-      replay(1);
-      const double one = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-      const int replays = std::clamp(static_cast<int>(200'000.0 / std::max(one, 1.0)), 5, 500);
-      t0 = Clock::now();
-      replay(replays);
-      row.nccl_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
-                    (replays * per_graph);
-      for (int r = 0; r < ranks; ++r) {
-        MKC_CU(d, cuCtxSetCurrent, job.context(r));
-        MKC_CU(d, cuGraphExecDestroy, execs[r]);
-        MKC_CU(d, cuStreamDestroy, streams[r]);
+        graphs.make_current(r);
         MKC_CU(d, cuMemFree, out[r]);
       }
 
@@ -357,11 +267,11 @@ int main(int argc, char** argv) {
     }
     for (ncclComm_t c : comms) nccl.destroy(c);
     return 0;
-  } catch (const UserError& e) {
-    fmt::print(stderr, "allreduce_bench: {}\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "allreduce_bench: {}\n", e.what());
-    return 2;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return mkc::bench::guarded_main("allreduce_bench", run, argc, argv);
 }

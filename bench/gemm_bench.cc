@@ -12,10 +12,7 @@
 //
 // Usage: gemm_bench [--schedule samples/gemm.mks] [--shapes 8192x8192x8192,...] [--iters 20]
 //                   [--rounds 3] [--cublas PATH] [--no-check]
-#include <cublas_api.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
-#include <glob.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/baselines.h"
 #include "compiler/jit.h"
 #include "compiler/pipeline.h"
 #include "dsl/diagnostics.h"
@@ -38,87 +36,13 @@ using mkc::EnvironmentError;
 using mkc::UserError;
 namespace rt = mkc::rt;
 
-struct Shape {
-  int64_t m, n, k;
-};
+using Shape = mkc::bench::GemmShape;
+using mkc::bench::Cublas;
 
 // The shapes, then one that is a multiple of no tile dimension.
 const std::vector<Shape> kDefaultShapes = {{8192, 8192, 8192},  {4096, 8192, 4096},
                                            {2048, 8192, 14336}, {128, 8192, 14336},
                                            {4096, 8192, 7168},  {3000, 5000, 4000}};
-
-// cublasGemmEx as the library exports it (C++ sees an inline overload too, so no decltype).
-using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
-                                  int, const void*, const void*, cudaDataType, int, const void*,
-                                  cudaDataType, int, const void*, void*, cudaDataType, int,
-                                  cublasComputeType_t, cublasGemmAlgo_t);
-
-class Cublas {
- public:
-  explicit Cublas(const std::string& hint) {
-    std::vector<std::string> candidates;
-    if (!hint.empty()) candidates.push_back(hint);
-    candidates.push_back("libcublas.so.13");
-    candidates.push_back("/usr/local/cuda/lib64/libcublas.so.13");
-    glob_t g{};
-    if (glob("/opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib/libcublas.so.13", 0,
-             nullptr, &g) == 0) {
-      for (size_t i = 0; i < g.gl_pathc; ++i) candidates.push_back(g.gl_pathv[i]);
-    }
-    globfree(&g);
-    for (const std::string& c : candidates) {
-      lib_ = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (lib_ != nullptr) {
-        path_ = c;
-        break;
-      }
-    }
-    if (lib_ == nullptr)
-      throw EnvironmentError("cannot load libcublas.so.13 (the baseline); pass --cublas PATH");
-    create_ = sym<decltype(&cublasCreate_v2)>("cublasCreate_v2");
-    destroy_ = sym<decltype(&cublasDestroy_v2)>("cublasDestroy_v2");
-    set_stream_ = sym<decltype(&cublasSetStream_v2)>("cublasSetStream_v2");
-    gemm_ = sym<GemmEx>("cublasGemmEx");
-    check(create_(&handle_), "cublasCreate");
-  }
-  ~Cublas() {
-    if (handle_ != nullptr) destroy_(handle_);
-  }
-  const std::string& path() const { return path_; }
-
-  // Row-major C[M, N] = A[M, K] x B[K, N], as cuBLAS's column-major C^T = B^T x A^T.
-  void gemm(CUstream stream, const Shape& s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
-            cudaDataType c_type) {
-    check(set_stream_(handle_, reinterpret_cast<cudaStream_t>(stream)), "cublasSetStream");
-    const float one = 1.0f, zero = 0.0f;
-    check(gemm_(handle_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(s.n), static_cast<int>(s.m),
-                static_cast<int>(s.k), &one, reinterpret_cast<const void*>(b), CUDA_R_16BF,
-                static_cast<int>(s.n), reinterpret_cast<const void*>(a), CUDA_R_16BF,
-                static_cast<int>(s.k), &zero, reinterpret_cast<void*>(c), c_type,
-                static_cast<int>(s.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          "cublasGemmEx");
-  }
-
- private:
-  template <typename F>
-  F sym(const char* name) {
-    void* p = dlsym(lib_, name);
-    if (p == nullptr) throw EnvironmentError(fmt::format("{} has no {}", path_, name));
-    return reinterpret_cast<F>(p);
-  }
-  static void check(cublasStatus_t st, const char* call) {
-    if (st != CUBLAS_STATUS_SUCCESS)
-      throw EnvironmentError(
-          fmt::format("{} failed: cuBLAS status {}", call, static_cast<int>(st)));
-  }
-  void* lib_ = nullptr;
-  std::string path_;
-  cublasHandle_t handle_ = nullptr;
-  decltype(&cublasCreate_v2) create_ = nullptr;
-  decltype(&cublasDestroy_v2) destroy_ = nullptr;
-  decltype(&cublasSetStream_v2) set_stream_ = nullptr;
-  GemmEx gemm_ = nullptr;
-};
 
 // Makes rank 0's context current for a scope.
 struct Current {
@@ -298,13 +222,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const UserError& e) {
-    fmt::print(stderr, "gemm_bench: error: {}\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "gemm_bench: error: {}\n", e.what());
-    return 2;
-  }
+  return mkc::bench::guarded_main("gemm_bench", run, argc, argv);
 }
