@@ -148,7 +148,10 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
   plan.cta_tasks.assign(plan.ranks, std::vector<std::vector<int>>(ctas));
   std::vector<int64_t> next_compute(plan.ranks, 0), next_comm(plan.ranks, 0);
   std::vector<std::vector<int64_t>> comm_load(plan.ranks, std::vector<int64_t>(comm, 0));
-  // A group's CTA, the same on every rank: groups take the comm CTAs in turn.
+  // A group's CTA, the same on every rank: groups take the comm CTAs in turn, shifted by one CTA
+  // each round, so that a CTA's chunks do not all have the same owner (a two-shot all-reduce's
+  // owner of chunk c is rank c mod R: with an even CTA count and R = 2, plain turns gave half the
+  // CTAs every reduction and the other half only sends).
   std::map<std::pair<int, int64_t>, int64_t> group_cta;
   int64_t next_group = 0;
   for (int t : by_order) {
@@ -159,7 +162,8 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
       std::vector<int64_t>& load = comm_load[task.rank];
       int64_t best = next_comm[task.rank] % comm;
       if (task.group >= 0) {
-        const auto [it, fresh] = group_cta.try_emplace({task.op, task.group}, next_group % comm);
+        const auto [it, fresh] =
+            group_cta.try_emplace({task.op, task.group}, (next_group + next_group / comm) % comm);
         if (fresh) ++next_group;
         best = it->second;
       } else {

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "compiler/check.h"
 #include "compiler/passes.h"
@@ -181,6 +182,62 @@ schedule chain {
       io.seed = seed;
       io.inputs = random_inputs(plan, seed);
       interpret_and_compare(checked[0], plan, io, fmt::format("chain R={} seed={}", R, seed));
+    }
+  }
+}
+
+// The scheduler places a collective's chunk on one comm CTA index on every rank (so the ranks'
+// CTAs meet on the same chunks), and spreads the work: with round robin, 66 CTAs and a two-shot
+// all-reduce's period of 3 tasks per chunk gave every CTA one phase only.
+TEST_CASE("schedule: a chunk's tasks share a CTA index across ranks; comm CTAs share the work") {
+  for (int64_t R : {2, 4}) {
+    dsl::Diagnostics diags;
+    const dsl::Module m = dsl::parse(
+        std::make_shared<dsl::SourceFile>("ar.mks",
+                                          "schedule ar { ranks R\n input X : bf16[16777216] "
+                                          "symmetric\n comm ar = allreduce(X, sum) }"),
+        diags);
+    compiler::CheckOptions opts;
+    opts.ranks = {R};
+    const auto checked = compiler::check(m, opts, diags);
+    REQUIRE(checked.size() == 1);
+    PassOptions po;
+    po.sms = 66;
+    const Plan p = build_plan(checked[0], po);
+    REQUIRE(p.decisions.at(0).choice == "two_shot");
+    std::map<int64_t, int> cta_of_group;
+    int grouped = 0;
+    for (const Task& t : p.tasks) {
+      if (t.group < 0) continue;
+      ++grouped;
+      const auto [it, fresh] = cta_of_group.try_emplace(t.group, t.cta);
+      CHECK_MESSAGE(it->second == t.cta, t.label << " on CTA " << t.cta << ", its chunk's other "
+                                                 << "tasks on CTA " << it->second);
+    }
+    CHECK(grouped > 0);
+    // Every rank's comm CTAs: bytes read and written per CTA, the busiest within 25% of the mean.
+    for (int64_t r = 0; r < R; ++r) {
+      std::vector<double> load;
+      for (const std::vector<int>& list : p.cta_tasks[r]) {
+        double bytes = 0;
+        for (int t : list) {
+          for (const std::vector<Box>* boxes : {&p.tasks[t].reads, &p.tasks[t].writes}) {
+            for (const Box& x : *boxes) {
+              double v = 2;  // bf16
+              for (size_t d = 0; d < x.lo.size(); ++d) v *= static_cast<double>(x.hi[d] - x.lo[d]);
+              bytes += v;
+            }
+          }
+        }
+        load.push_back(bytes);
+      }
+      double mean = 0, most = 0;
+      for (double l : load) {
+        mean += l / static_cast<double>(load.size());
+        most = std::max(most, l);
+      }
+      CHECK_MESSAGE(most <= 1.25 * mean, "R=" << R << " rank " << r << ": the busiest CTA moves "
+                                              << most / mean << "x the mean");
     }
   }
 }
