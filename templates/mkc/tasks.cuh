@@ -213,8 +213,10 @@ __device__ void copy_rows(const KernelArgs& a, const View* v, const long long* a
   cta_copy(Y + args[0] * row, X + args[0] * row, (args[1] - args[0]) * row);
 }
 
-__device__ __forceinline__ float reduce2(long long op, float x, float y) {
-  return op == 0 ? x + y : op == 1 ? fmaxf(x, y) : fminf(x, y);
+// op 0: sum, 1: max, 2: min, in the accumulation type A.
+template <typename A>
+__device__ __forceinline__ A reduce_acc(long long op, A x, A y) {
+  return op == 0 ? x + y : op == 1 ? (x > y ? x : y) : (x < y ? x : y);
 }
 
 // Elements [y0, y1) of Y (flat) = op over `axis` of X. args {y0, y1, axis, op}; views {X, Y}.
@@ -228,7 +230,7 @@ __device__ void reduce_tile(const KernelArgs& a, const View* v, const long long*
     const long long outer = e / inner, in = e % inner;
     float acc = to_f32(X[outer * n * inner + in]);
     for (long long k = 1; k < n; ++k)
-      acc = reduce2(args[3], acc, to_f32(X[(outer * n + k) * inner + in]));
+      acc = reduce_acc(args[3], acc, to_f32(X[(outer * n + k) * inner + in]));
     Y[e] = from_f32<TY>(acc);
   }
 }
@@ -365,10 +367,6 @@ __device__ __forceinline__ T from_acc(A v) {
   } else {
     return static_cast<T>(v);
   }
-}
-template <typename A>
-__device__ __forceinline__ A reduce_acc(long long op, A x, A y) {
-  return op == 0 ? x + y : op == 1 ? (x > y ? x : y) : (x < y ? x : y);
 }
 
 // The vector path of reduce_slots: each thread reduces U vectors of V elements at a time: own,
@@ -521,15 +519,16 @@ __device__ void a2a_send(const KernelArgs& a, const View* v, const long long* ar
     const long long tok = p / K, k = p % K;
     const int e = route[p];
     const long long d = e / per, le = e % per;
+    // The row's place in Y_d: rows of d's lower experts (every source), of expert e from lower
+    // source ranks, then this rank's earlier (row, k) pairs routed to e — counted by the warp, 32
+    // route entries a step.
     long long pos = 0;
-    if (lane == 0) {
-      for (long long e2 = d * per; e2 < d * per + le; ++e2) {
-        for (int s = 0; s < ranks; ++s) pos += xc[s * E + e2];
-      }
-      for (int s = 0; s < a.rank; ++s) pos += xc[s * E + e];
-      for (long long i = 0; i < p; ++i) pos += route[i] == e;
+    for (long long e2 = d * per + lane; e2 < d * per + le; e2 += 32) {
+      for (int s = 0; s < ranks; ++s) pos += xc[s * E + e2];
     }
-    pos = __shfl_sync(0xffffffffu, pos, 0);
+    for (int s = lane; s < a.rank; s += 32) pos += xc[s * E + e];
+    for (long long i = lane; i < p; i += 32) pos += route[i] == e;
+    for (int o = 16; o > 0; o /= 2) pos += __shfl_xor_sync(0xffffffffu, pos, o);
     T* Y = view_ptr<T>(a, v[3 + d], nb);
     for (long long h = lane; h < H; h += 32) Y[pos * H + h] = X[tok * H + h];
     if (lane == 0) {
