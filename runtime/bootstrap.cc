@@ -157,6 +157,37 @@ World detect_world() {
   return detect_world([](const char* name) { return std::getenv(name); });
 }
 
+int job_size(const World& world, int requested) {
+  if (requested < 0)
+    throw UserError(fmt::format("{} ranks asked for: give a positive count", requested));
+  if (world.size > 1) {
+    if (requested != 0 && requested != world.size) {
+      throw UserError(fmt::format(
+          "{} ranks asked for (--ranks), but this process is rank {} of a job of {} ({}); leave "
+          "the rank count out under a launcher",
+          requested, world.rank, world.size, world.source));
+    }
+    return world.size;
+  }
+  return requested;
+}
+
+Placement place_ranks(const World& world, int requested, int gpus, bool share_gpus) {
+  Placement p;
+  p.ranks = job_size(world, requested);
+  if (world.size > 1) return p;  // one rank per process; processes may share GPUs (LocalJob)
+  if (p.ranks == 0) p.ranks = gpus;
+  if (p.ranks > gpus && !share_gpus) {
+    throw UserError(fmt::format(
+        "{} ranks asked for, this machine has {} GPU(s): one process runs one rank per GPU; start "
+        "one process per rank (tools/mkrun), or let ranks share GPUs (--share-gpus, "
+        "KernelOptions::share_gpus: for tests, not speed)",
+        p.ranks, gpus));
+  }
+  p.per_gpu = (p.ranks + gpus - 1) / gpus;
+  return p;
+}
+
 Rendezvous::Rendezvous(const World& world, std::chrono::milliseconds timeout)
     : world_(world), timeout_(timeout) {
   if (world_.size == 1) return;

@@ -37,6 +37,19 @@ using EnvFn = std::function<const char*(const char*)>;
 World detect_world(const EnvFn& env);
 World detect_world();  // from the process environment
 
+// Where a job's ranks run, from the launcher's world, the rank count asked for and the GPUs.
+struct Placement {
+  int ranks = 1;    // the world size
+  int per_gpu = 1;  // ranks of this process on one GPU (above 1 only when sharing)
+};
+
+// The world size asked for (`requested`; 0: the default, one rank per GPU) against the
+// launcher's: under a launcher a different count is a UserError naming both. Needs no GPU.
+int job_size(const World& world, int requested);
+// Then the placement on `gpus` GPUs: more ranks than GPUs in one process is a UserError unless
+// `share_gpus` (rank r on GPU r % gpus; each of a GPU's ranks gets its share of the SMs).
+Placement place_ranks(const World& world, int requested, int gpus, bool share_gpus);
+
 class Rendezvous {
  public:
   // Rank 0 listens on world.master_port (all interfaces) and waits for the other ranks; the others

@@ -446,30 +446,16 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   // Under a one-process-per-rank launcher (mkrun, torchrun, mpirun, srun) this process is one rank
   // of the job; otherwise it runs every rank itself.
   const rt::World world = rt::detect_world();
-  if (world.size > 1 && !f.check.ranks.empty() && f.check.ranks[0] != world.size) {
-    throw UserError(
-        fmt::format("--ranks {}: this process is rank {} of a job of {} ({}); leave "
-                    "--ranks out under a launcher",
-                    f.check.ranks[0], world.rank, world.size, world.source));
-  }
+  const int requested = f.check.ranks.empty() ? 0 : static_cast<int>(f.check.ranks[0]);
+  rt::job_size(world, requested);  // before the driver: a mismatch needs no GPU to be named
   // The driver next: without a GPU this fails at once, before any compiling.
   const int gpus = rt::device_count();
   if (gpus == 0) throw EnvironmentError("no GPU: the CUDA driver sees no device");
   const rt::DeviceInfo dev = rt::device_info(0);
   std::unique_ptr<rt::Rendezvous> group;
-  int64_t per_gpu = 1;  // ranks of this process on one GPU
-  if (world.size > 1) {
-    f.check.ranks = {world.size};
-  } else {
-    if (f.check.ranks.empty()) f.check.ranks = {gpus};
-    if (f.check.ranks[0] > gpus && !share_gpus) {
-      throw UserError(fmt::format(
-          "--ranks {}: this machine has {} GPU(s); one process runs one rank per GPU (start one "
-          "process per rank with tools/mkrun, or let ranks share GPUs with --share-gpus)",
-          f.check.ranks[0], gpus));
-    }
-    per_gpu = (f.check.ranks[0] + gpus - 1) / gpus;
-  }
+  const rt::Placement place = rt::place_ranks(world, requested, gpus, share_gpus);
+  const int64_t per_gpu = place.per_gpu;
+  f.check.ranks = {place.ranks};
   // Ranks of one process that share a GPU run side by side: each kernel gets its part of the SMs.
   f.check.sms = std::min<int64_t>(f.check.sms, dev.sm_count / per_gpu);
   const auto c = front_end(f.files[0], f, err, term);
