@@ -38,23 +38,11 @@ Kernel Kernel::from_string(const std::string& name, const std::string& text,
                            const KernelOptions& options) {
   const int gpus = rt::device_count();
   if (gpus == 0) throw EnvironmentError("no GPU: the CUDA driver sees no device");
-  const rt::World world = options.use_launcher ? rt::detect_world() : rt::World{};
-  int ranks = options.ranks == 0 ? gpus : options.ranks;
-  int per_gpu = 1;
-  if (world.size > 1) {
-    if (options.ranks != 0 && options.ranks != world.size) {
-      throw UserError(fmt::format("{} ranks asked for, but this process is rank {} of {} ({})",
-                                  options.ranks, world.rank, world.size, world.source));
-    }
-    ranks = world.size;
-  } else {
-    if (ranks < 1 || (ranks > gpus && !options.share_gpus)) {
-      throw UserError(fmt::format(
-          "{} ranks asked for, this machine has {} GPU(s): one rank per GPU (or share_gpus)", ranks,
-          gpus));
-    }
-    per_gpu = (ranks + gpus - 1) / gpus;
-  }
+  const rt::World world = options.world          ? *options.world
+                          : options.use_launcher ? rt::detect_world()
+                                                 : rt::World{};
+  const rt::Placement place = rt::place_ranks(world, options.ranks, gpus, options.share_gpus);
+  const int ranks = place.ranks, per_gpu = place.per_gpu;
   const rt::DeviceInfo dev = rt::device_info(0);
   compiler::CheckOptions co;
   co.ranks = {ranks};
@@ -140,8 +128,45 @@ void Kernel::set_random_inputs(uint64_t seed) {
   rt::upload_random_inputs(*impl_->job, impl_->c->plans[0], seed);
 }
 
+void Kernel::bind(const std::string& name, int rank, void* data, compiler::DType dtype,
+                  const std::vector<int64_t>& shape) {
+  const TensorInfo t = tensor(name);
+  if (rank < 0 || rank >= ranks())
+    throw UserError(fmt::format("bind(`{}`): rank {} is not in [0, {})", name, rank, ranks()));
+  if (dtype != t.dtype || shape != t.shape) {
+    throw UserError(
+        fmt::format("bind(`{}`, rank {}): the memory given holds {}[{}], the schedule's "
+                    "`{}` is {}[{}]",
+                    name, rank, compiler::dtype_name(dtype), fmt::join(shape, ", "), name,
+                    compiler::dtype_name(t.dtype), fmt::join(t.shape, ", ")));
+  }
+  if (data == nullptr) {
+    throw UserError(
+        fmt::format("bind(`{}`, rank {}): a null pointer; unbind() returns a tensor "
+                    "to the job's heap",
+                    name, rank));
+  }
+  impl_->job->bind(rank, index_of(name), reinterpret_cast<CUdeviceptr>(data));
+}
+
+void Kernel::unbind(const std::string& name, int rank) {
+  impl_->job->bind(rank, index_of(name), 0);
+}
+
+void* Kernel::data(const std::string& name, int rank) const {
+  return reinterpret_cast<void*>(impl_->job->buffer_address(rank, index_of(name)));
+}
+
 void Kernel::launch() {
   impl_->job->launch();
+}
+
+void Kernel::launch_async(const std::vector<CUstream>& streams) {
+  impl_->job->launch_async(streams);
+}
+
+void Kernel::synchronize() {
+  impl_->job->synchronize();
 }
 
 double Kernel::time(int iters) {

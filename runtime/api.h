@@ -16,14 +16,19 @@
 // JIT with its disk cache, runtime/local_job.h). Errors: UserError for the caller's mistakes (a
 // schedule with errors — the rendered diagnostics are the message —, an unknown tensor, a wrong
 // element count, more ranks than GPUs, a rank of another process), EnvironmentError for the
-// machine (no driver, a failed CUDA or NVRTC call, a peer that never came). Not there yet: binding
-// the caller's own device pointers (the job allocates every tensor, in its symmetric heap) and
-// launching on the caller's stream.
+// machine (no driver, a failed CUDA or NVRTC call, a peer that never came).
+//
+// Working on the caller's GPU memory and streams (the way a training framework calls it):
+//   k.bind("A", rank, a_dev, DType::kBf16, {M, K});  // the kernel reads A there (no copy)
+//   bf16* c = static_cast<bf16*>(k.data("C", rank));  // symmetric tensors live in the job's heap
+//   k.launch_async({stream});                         // one stream per local rank; returns
+//   k.synchronize();                                  // waits; throws LaunchError on a timeout
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,13 +40,15 @@
 namespace mkc {
 
 struct KernelOptions {
-  std::map<std::string, int64_t> defines;  // -D NAME=VALUE
-  int ranks = 0;                           // 0: one per local GPU (or the launcher's job size)
-  uint64_t timeout_ms = 5000;              // per wait inside the kernel
-  bool share_gpus = false;                 // allow more ranks than GPUs (tests, not speed)
-  bool use_launcher = true;                // one rank per process when a launcher's variables
-                                           // say so (runtime/bootstrap.h detect_world)
-  int bootstrap_timeout_s = 120;           // how long processes wait for each other
+  std::map<std::string, int64_t> defines = {};  // -D NAME=VALUE
+  int ranks = 0;                                // 0: one per local GPU (or the launcher's job size)
+  uint64_t timeout_ms = 5000;                   // per wait inside the kernel
+  bool share_gpus = false;                      // allow more ranks than GPUs (tests, not speed)
+  bool use_launcher = true;                     // one rank per process when a launcher's variables
+                                                // say so (runtime/bootstrap.h detect_world)
+  int bootstrap_timeout_s = 120;                // how long processes wait for each other
+  std::optional<rt::World> world = {};          // this process's place in the job, given instead of
+                                                // read from a launcher's variables
 };
 
 struct TensorInfo {
@@ -73,7 +80,23 @@ class Kernel {
   // Every input of every rank from a seeded generator (what `mkc run` uses).
   void set_random_inputs(uint64_t seed);
 
-  void launch();
+  // Rank `rank`'s tensor in the caller's device memory from the next launch on, no copy: dtype
+  // and shape must be the schedule's; the memory must be on the rank's GPU, 16-byte aligned, and
+  // outlive the binding (UserError naming what is wrong otherwise). A symmetric tensor (peers
+  // read or write it) can be bound only when every rank runs in this process; with one process
+  // per rank, fill it in place at data(). set/get read and write the bound memory.
+  void bind(const std::string& tensor, int rank, void* data, compiler::DType dtype,
+            const std::vector<int64_t>& shape);
+  void unbind(const std::string& tensor, int rank);       // back to the job's heap
+  void* data(const std::string& tensor, int rank) const;  // the device address the kernel uses
+
+  void launch();  // every local rank, on the job's streams; waits for it
+  // Enqueues the next launch on the caller's streams (cudaStream_t or CUstream: one per local
+  // rank, in local_ranks() order, on that rank's GPU; nullptr: the default stream) and returns.
+  // Not for CUDA graph capture: each launch carries its own epoch.
+  void launch_async(const std::vector<CUstream>& streams);
+  // Waits for launch_async's launches; throws rt::LaunchError if one timed out.
+  void synchronize();
   double time(int iters);              // mean µs per launch, launches back to back
   int trace(const std::string& path);  // one traced launch; returns the events written
 

@@ -69,7 +69,10 @@ namespace mkc::rt {
   X(cuGraphInstantiateWithFlags, 11040)                \
   X(cuGraphLaunch, 10000)                              \
   X(cuGraphExecDestroy, 10000)                         \
-  X(cuGraphDestroy, 10000)
+  X(cuGraphDestroy, 10000)                             \
+  X(cuMemGetAddressRange, 3020)                        \
+  X(cuPointerGetAttribute, 4000)                       \
+  X(cuStreamGetCtx, 9020)
 
 // The loaded driver: one function pointer per entry point, named as in cuda.h.
 class Driver {

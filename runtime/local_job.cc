@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/tensor_map.h"
@@ -70,7 +71,8 @@ struct LocalJob::Rank {
   CUmodule mod{};
   CUfunction fn{};
   CUstream stream{};
-  CUdeviceptr heap = 0;  // buffers, then event counters; a remote rank's as mapped here
+  CUdeviceptr heap = 0;            // buffers, then event counters; a remote rank's as mapped here
+  std::vector<CUdeviceptr> bound;  // per buffer: the caller's memory (bind), or 0: the heap's
   bool ipc_mapped = false;
   CUdeviceptr buffer_table = 0;
   CUdeviceptr event_table = 0;
@@ -220,30 +222,105 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
     }
   }
   if (group) swap_heaps();
-  // Address tables, as seen from each local rank (one address space per process).
+  for (auto& rk : ranks_) rk->bound.assign(plan_.buffers.size(), 0);
+  map_specs_ = kernel.tensor_maps;
+  write_tables();
+}
+
+CUdeviceptr LocalJob::address(int rank, int buffer) const {
+  const Rank& rk = *ranks_.at(rank);
+  const CUdeviceptr b = rk.bound.at(buffer);
+  return b ? b : rk.heap + offsets_.at(buffer);
+}
+
+// The kernel's address tables and TMA descriptors, as seen from each local rank (one address
+// space per process), written to every local rank's device copy.
+void LocalJob::write_tables() {
+  const Driver& d = Driver::get();
   std::vector<CUdeviceptr> buffers, events;
-  for (const auto& rk : ranks_) {
-    for (size_t off : offsets_) buffers.push_back(rk->heap + off);
-    events.push_back(rk->heap + events_offset_);
+  for (int r = 0; r < ranks(); ++r) {
+    for (size_t b = 0; b < offsets_.size(); ++b) buffers.push_back(address(r, static_cast<int>(b)));
+    events.push_back(ranks_[r]->heap + events_offset_);
   }
-  // TMA descriptors, in the generator's order, from this process's addresses.
   std::vector<CUtensorMap> maps;
   CtxScope maps_scope(d, ranks_[local_.at(0)]->ctx);
-  for (const codegen::TensorMapSpec& m : kernel.tensor_maps) {
-    maps.push_back(encode_tensor_map(d, ranks_.at(m.rank)->heap + offsets_.at(m.buffer), m,
-                                     plan_.buffers.at(m.buffer).name));
+  for (const codegen::TensorMapSpec& m : map_specs_) {
+    maps.push_back(
+        encode_tensor_map(d, address(m.rank, m.buffer), m, plan_.buffers.at(m.buffer).name));
   }
   for (int r : local_) {
     Rank& rk = *ranks_[r];
     CtxScope scope(d, rk.ctx);
     if (!maps.empty()) {
-      MKC_CU(d, cuMemAlloc, &rk.tensor_maps, maps.size() * sizeof(CUtensorMap));
+      if (!rk.tensor_maps)
+        MKC_CU(d, cuMemAlloc, &rk.tensor_maps, maps.size() * sizeof(CUtensorMap));
       MKC_CU(d, cuMemcpyHtoD, rk.tensor_maps, maps.data(), maps.size() * sizeof(CUtensorMap));
     }
-    MKC_CU(d, cuMemAlloc, &rk.buffer_table, buffers.size() * sizeof(CUdeviceptr));
+    if (!rk.buffer_table)
+      MKC_CU(d, cuMemAlloc, &rk.buffer_table, buffers.size() * sizeof(CUdeviceptr));
     MKC_CU(d, cuMemcpyHtoD, rk.buffer_table, buffers.data(), buffers.size() * sizeof(CUdeviceptr));
-    MKC_CU(d, cuMemAlloc, &rk.event_table, events.size() * sizeof(CUdeviceptr));
+    if (!rk.event_table)
+      MKC_CU(d, cuMemAlloc, &rk.event_table, events.size() * sizeof(CUdeviceptr));
     MKC_CU(d, cuMemcpyHtoD, rk.event_table, events.data(), events.size() * sizeof(CUdeviceptr));
+  }
+}
+
+void LocalJob::bind(int rank, int buffer, CUdeviceptr address) {
+  const Driver& d = Driver::get();
+  Rank& rk = local(rank, "bind");
+  const plan::Buffer& b = plan_.buffers.at(buffer);
+  const size_t bytes = static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype);
+  const std::string what = fmt::format("bind(`{}`, rank {})", b.name, rank);
+  if (address != 0) {
+    if (b.symmetric && opts_.group) {
+      throw UserError(fmt::format(
+          "{}: `{}` is symmetric (peers read or write it), and with one process per rank the "
+          "peers reach only the job's symmetric heap; fill the heap's copy in place (its address: "
+          "Kernel::data) instead",
+          what, b.name));
+    }
+    if (address % 16 != 0) {
+      throw UserError(fmt::format(
+          "{}: address {:#x} is not 16-byte aligned (the kernel moves 16-byte vectors, TMA needs "
+          "it); bind the start of an allocation or an offset that is a multiple of 16 bytes",
+          what, address));
+    }
+    CtxScope scope(d, rk.ctx);
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    int ordinal = -1;
+    if (d.cuMemGetAddressRange(&base, &size, address) != CUDA_SUCCESS ||
+        d.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address) !=
+            CUDA_SUCCESS) {
+      throw UserError(fmt::format(
+          "{}: {:#x} is not device memory the CUDA driver knows (a host pointer, or freed?); "
+          "pass device memory (cudaMalloc, cuMemAlloc, torch.Tensor.data_ptr())",
+          what, address));
+    }
+    if (ordinal != static_cast<int>(rk.dev)) {
+      throw UserError(fmt::format("{}: {:#x} is memory of GPU {}, rank {} runs on GPU {}", what,
+                                  address, ordinal, rank, static_cast<int>(rk.dev)));
+    }
+    if (base + size < address + bytes) {
+      throw UserError(
+          fmt::format("{}: the allocation holds {} bytes from {:#x}, the tensor needs {} ({}[{}])",
+                      what, base + size - address, address, bytes, compiler::dtype_name(b.dtype),
+                      fmt::join(b.shape, ", ")));
+    }
+  }
+  synchronize();  // nothing in flight reads the tables while they change
+  for (int r : local_) {
+    CtxScope scope(d, ranks_[r]->ctx);
+    MKC_CU(d, cuStreamSynchronize, ranks_[r]->stream);
+  }
+  const CUdeviceptr before = rk.bound[buffer];
+  rk.bound[buffer] = address;
+  try {
+    write_tables();
+  } catch (...) {
+    rk.bound[buffer] = before;  // a descriptor the driver refused: keep the old binding
+    write_tables();
+    throw;
   }
 }
 
@@ -303,7 +380,12 @@ LocalJob::~LocalJob() {
 // job half built: every handle is checked before it is released.
 void LocalJob::release(bool barrier) {
   const Driver& d = Driver::get();
-  if (ranks_.empty()) return;  // nothing taken yet
+  if (ranks_.empty()) return;            // nothing taken yet
+  for (const auto& [r, s] : pending_) {  // the caller's streams, launched on but not waited for
+    d.cuCtxSetCurrent(ranks_[r]->ctx);
+    d.cuStreamSynchronize(s);
+  }
+  pending_.clear();
   for (int r : local_) {
     if (!ranks_[r]->ctx) continue;
     d.cuCtxSetCurrent(ranks_[r]->ctx);
@@ -359,6 +441,7 @@ LocalJob::Rank& LocalJob::local(int rank, const char* what) const {
 
 void LocalJob::set_trace(bool on) {
   const Driver& d = Driver::get();
+  synchronize();
   for (int r : local_) {
     Rank& rk = *ranks_[r];
     CtxScope scope(d, rk.ctx);
@@ -374,6 +457,7 @@ void LocalJob::set_trace(bool on) {
 std::vector<uint64_t> LocalJob::trace(int rank) {
   const Driver& d = Driver::get();
   Rank& rk = local(rank, "trace");
+  synchronize();
   std::vector<uint64_t> out(plan_.tasks.size() * 2, 0);
   if (!rk.trace || out.empty()) return out;
   CtxScope scope(d, rk.ctx);
@@ -389,7 +473,8 @@ CUstream LocalJob::stream(int rank) const {
   return local(rank, "stream").stream;
 }
 CUdeviceptr LocalJob::buffer_address(int rank, int buffer) const {
-  return local(rank, "buffer_address").heap + offsets_.at(buffer);
+  local(rank, "buffer_address");
+  return address(rank, buffer);
 }
 
 void LocalJob::upload(int rank, int buffer, const std::vector<double>& values) {
@@ -434,8 +519,9 @@ void LocalJob::upload(int rank, int buffer, const std::vector<double>& values) {
     }
   }
   Rank& rk = local(rank, "upload");
+  synchronize();
   CtxScope scope(d, rk.ctx);
-  MKC_CU(d, cuMemcpyHtoD, rk.heap + offsets_.at(buffer), bytes.data(), bytes.size());
+  MKC_CU(d, cuMemcpyHtoD, address(rank, buffer), bytes.data(), bytes.size());
 }
 
 std::vector<double> LocalJob::download(int rank, int buffer) {
@@ -445,8 +531,9 @@ std::vector<double> LocalJob::download(int rank, int buffer) {
   std::vector<unsigned char> bytes(static_cast<size_t>(b.elements()) * eb);
   {
     Rank& rk = local(rank, "download");
+    synchronize();
     CtxScope scope(d, rk.ctx);
-    MKC_CU(d, cuMemcpyDtoH, bytes.data(), rk.heap + offsets_.at(buffer), bytes.size());
+    MKC_CU(d, cuMemcpyDtoH, bytes.data(), address(rank, buffer), bytes.size());
   }
   std::vector<double> out(b.elements());
   for (size_t i = 0; i < out.size(); ++i) {
@@ -497,12 +584,13 @@ void LocalJob::poison(int rank, int buffer) {
   const Driver& d = Driver::get();
   const plan::Buffer& b = plan_.buffers[buffer];
   Rank& rk = local(rank, "poison");
+  synchronize();
   CtxScope scope(d, rk.ctx);
-  MKC_CU(d, cuMemsetD8, rk.heap + offsets_.at(buffer), 0xFF,
+  MKC_CU(d, cuMemsetD8, address(rank, buffer), 0xFF,
          static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype));
 }
 
-void LocalJob::enqueue(int r) {
+void LocalJob::enqueue(int r, CUstream stream) {
   const Driver& d = Driver::get();
   Rank& rk = *ranks_[r];
   CtxScope scope(d, rk.ctx);
@@ -514,10 +602,10 @@ void LocalJob::enqueue(int r) {
                   reinterpret_cast<void*>(rk.error_dev),
                   reinterpret_cast<unsigned long long*>(rk.trace),
                   reinterpret_cast<const void*>(rk.tensor_maps)};
-  if (rk.trace) MKC_CU(d, cuMemsetD8Async, rk.trace, 0, plan_.tasks.size() * 16, rk.stream);
+  if (rk.trace) MKC_CU(d, cuMemsetD8Async, rk.trace, 0, plan_.tasks.size() * 16, stream);
   void* params[] = {&args};
   MKC_CU(d, cuLaunchKernel, rk.fn, static_cast<unsigned>(ctas_), 1, 1,
-         static_cast<unsigned>(threads_), 1, 1, static_cast<unsigned>(smem_), rk.stream, params,
+         static_cast<unsigned>(threads_), 1, 1, static_cast<unsigned>(smem_), stream, params,
          nullptr);
 }
 
@@ -527,18 +615,34 @@ void LocalJob::finish(const std::vector<int>& which) {
     CtxScope scope(d, ranks_[r]->ctx);
     MKC_CU(d, cuStreamSynchronize, ranks_[r]->stream);
   }
+  raise_errors(which);
+}
+
+void LocalJob::raise_errors(const std::vector<int>& which) {
   for (int r : which) {
     const ErrorRecord e = *ranks_[r]->error;
     if (e.flag == 0) continue;
     std::memset(ranks_[r]->error, 0, sizeof(ErrorRecord));
-    std::string where = "?";
+    std::string where;  // the .mks line, where known
     std::string task = fmt::format("task {}", e.task), event = fmt::format("event {}", e.event);
+    auto op_line = [&](int op) -> std::string {
+      if (op < 0 || !opts_.file || !plan_.source->ops[op].decl) return "";
+      const dsl::LineCol lc = opts_.file->line_col(plan_.source->ops[op].decl->span.begin);
+      return fmt::format("{}:{}:{}", opts_.file->path(), lc.line, lc.col);
+    };
     if (e.task >= 0 && e.task < static_cast<int>(plan_.tasks.size())) {
       const plan::Task& t = plan_.tasks[e.task];
       task = t.label;
-      if (t.op >= 0 && opts_.file && plan_.source->ops[t.op].decl) {
-        const dsl::LineCol lc = opts_.file->line_col(plan_.source->ops[t.op].decl->span.begin);
-        where = fmt::format("{}:{}:{}", opts_.file->path(), lc.line, lc.col);
+      where = op_line(t.op);
+      // A task of no operation (the launch's end) is named by the edge it waited for: the
+      // operation of the event's producer.
+      for (size_t p = 0; where.empty() && p < plan_.tasks.size(); ++p) {
+        for (const plan::Signal& s : plan_.tasks[p].signals) {
+          if (s.event != e.event) continue;
+          const std::string at = op_line(plan_.tasks[p].op);
+          if (!at.empty()) where = fmt::format("the edge of {} at {}", plan_.tasks[p].label, at);
+          break;
+        }
       }
     }
     if (e.event >= 0 && e.event < static_cast<int>(plan_.events.size()))
@@ -547,20 +651,67 @@ void LocalJob::finish(const std::vector<int>& which) {
         "launch {} timed out on rank {}: task {} (from {}) waited {:.1f} s for event {} to reach "
         "{}, seen {}; "
         "a peer did not launch, or failed",
-        epoch_, e.rank, task, where, opts_.timeout_ns / 1e9, event, e.expected, e.seen));
+        epoch_, e.rank, task, where.empty() ? std::string("?") : where, opts_.timeout_ns / 1e9,
+        event, e.expected, e.seen));
   }
 }
 
 void LocalJob::launch(const std::vector<int>& which) {
   const std::vector<int> ranks = which.empty() ? local_ : which;
   for (int r : ranks) local(r, "launch");
+  synchronize();
   ++epoch_;
-  for (int r : ranks) enqueue(r);
+  for (int r : ranks) enqueue(r, ranks_[r]->stream);
   finish(ranks);
+}
+
+void LocalJob::launch_async(const std::vector<CUstream>& streams) {
+  const Driver& d = Driver::get();
+  if (streams.size() != local_.size()) {
+    throw UserError(
+        fmt::format("launch_async: {} stream(s) for {} local rank(s); give one per rank",
+                    streams.size(), local_.size()));
+  }
+  // A wait that timed out in an earlier launch: report it now (its kernel is ending).
+  for (int r : local_) {
+    if (__atomic_load_n(&ranks_[r]->error->flag, __ATOMIC_ACQUIRE) != 0) synchronize();
+  }
+  for (size_t i = 0; i < local_.size(); ++i) {
+    const CUstream s = streams[i];
+    if (s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) continue;
+    CUcontext ctx{};
+    MKC_CU(d, cuStreamGetCtx, s, &ctx);
+    if (ctx != ranks_[local_[i]]->ctx) {
+      throw UserError(fmt::format(
+          "launch_async: stream {} (for rank {}) belongs to another context than the rank's "
+          "(GPU {}'s primary context, the CUDA runtime's); create it on that GPU",
+          i, local_[i], static_cast<int>(ranks_[local_[i]]->dev)));
+    }
+  }
+  ++epoch_;
+  for (size_t i = 0; i < local_.size(); ++i) {
+    enqueue(local_[i], streams[i]);
+    pending_.emplace_back(local_[i], streams[i]);
+  }
+}
+
+void LocalJob::synchronize() {
+  if (pending_.empty()) return;
+  const Driver& d = Driver::get();
+  const auto pending = std::move(pending_);
+  pending_.clear();
+  std::vector<int> which;
+  for (const auto& [r, s] : pending) {
+    CtxScope scope(d, ranks_[r]->ctx);
+    MKC_CU(d, cuStreamSynchronize, s);
+    if (std::find(which.begin(), which.end(), r) == which.end()) which.push_back(r);
+  }
+  raise_errors(which);
 }
 
 double LocalJob::time_launches(int iters) {
   const Driver& d = Driver::get();
+  synchronize();
   const std::vector<int>& all = local_;
   Rank& first = *ranks_[all.at(0)];
   CUevent start{}, stop{};
@@ -572,7 +723,7 @@ double LocalJob::time_launches(int iters) {
   }
   for (int i = 0; i < iters; ++i) {
     ++epoch_;
-    for (int r : all) enqueue(r);
+    for (int r : all) enqueue(r, ranks_[r]->stream);
   }
   float ms = 0;
   {

@@ -69,6 +69,22 @@ class LocalJob {
   // Launches the next launch on the local ranks in `which` (all local ranks when empty) and waits
   // for them. Throws LaunchError when a wait timed out, EnvironmentError when a CUDA call failed.
   void launch(const std::vector<int>& which = {});
+  // Enqueues the next launch on every local rank, on the caller's streams (one per local rank, in
+  // local_ranks() order; a null stream is the rank's context's default stream), and returns. A
+  // stream must belong to its rank's GPU's primary context (the CUDA runtime's). Every launch
+  // carries its own epoch: a captured launch would replay a stale one, so these are not for CUDA
+  // graphs. Throws LaunchError for an earlier such launch seen to have timed out.
+  void launch_async(const std::vector<CUstream>& streams);
+  // Waits for the launches of launch_async and throws LaunchError if a wait timed out in one.
+  // Every other call that touches the job's memory or launches synchronizes first.
+  void synchronize();
+
+  // Rank `rank`'s buffer in the caller's memory from the next launch on: `address` must be device
+  // memory of the rank's GPU, 16-byte aligned, with the buffer's bytes behind it (UserError
+  // naming what is wrong otherwise); 0 returns the buffer to the heap. A symmetric buffer (one
+  // that peers read or write) can be bound only when every rank runs in this process. The job
+  // neither copies nor frees the memory; it must outlive the job or the binding.
+  void bind(int rank, int buffer, CUdeviceptr address);
   // Launches `iters` times back to back on every local rank and returns the mean time per launch
   // in microseconds (CUDA events on the first local rank's stream, after all local ranks
   // finished).
@@ -86,6 +102,7 @@ class LocalJob {
   // stream and the device address of one of its buffers.
   CUcontext context(int rank) const;
   CUstream stream(int rank) const;
+  // (The bound memory, where the caller bound some.)
   CUdeviceptr buffer_address(int rank, int buffer) const;
 
  private:
@@ -93,9 +110,12 @@ class LocalJob {
   Rank& local(int rank, const char* what) const;
   void init(const std::string& cubin, const codegen::Generated& kernel);
   void release(bool barrier);
-  void enqueue(int r);
+  void enqueue(int r, CUstream stream);
   void finish(const std::vector<int>& which);
+  void raise_errors(const std::vector<int>& which);
   void swap_heaps();
+  void write_tables();
+  CUdeviceptr address(int rank, int buffer) const;
 
   const plan::Plan& plan_;
   std::string kernel_;
@@ -107,6 +127,8 @@ class LocalJob {
   std::vector<std::unique_ptr<Rank>> ranks_;  // every rank of the world; the remote ones hold
                                               // only their heap's address as mapped here
   std::vector<int> local_;
+  std::vector<codegen::TensorMapSpec> map_specs_;  // the kernel's TMA descriptors, to re-encode
+  std::vector<std::pair<int, CUstream>> pending_;  // launch_async's, until synchronize()
 };
 
 // Host conversions used for uploads and downloads.

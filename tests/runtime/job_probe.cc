@@ -2,10 +2,14 @@
 // schedule through the JIT API, which binds it to this process's rank of the launcher's job (the
 // symmetric heap swapped through CUDA IPC), then
 //   --check N      checks every tensor of this rank against the reference on fresh random data,
-//                  then launches N times back to back and checks again;
+//                  then launches N times back to back and checks again, then 20 launches on a
+//                  stream of its own (launch_async) and checks again; a symmetric tensor bound to
+//                  the process's own memory must be refused (peers reach only the heap);
 //   --skip-rank R  rank R constructs the kernel but never launches; the others must time out
 //                  with an error naming the edge; then every rank builds a fresh kernel and checks
-//                  one launch (the GPU is usable afterwards).
+//                  one launch (the GPU is usable afterwards);
+//   --async        with --skip-rank: the others launch with launch_async and see the timeout
+//                  from synchronize().
 // Prints one line per outcome ("rank R: ..."), exits 0 when this rank saw what it should.
 #include <fmt/format.h>
 
@@ -14,7 +18,9 @@
 #include <string>
 
 #include "runtime/api.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/verify.h"
+#include "support/error.h"
 
 namespace {
 
@@ -30,11 +36,47 @@ bool check_once(mkc::Kernel& k, int seed, const char* when) {
   return ok;
 }
 
+// 20 launches on a stream of this process's own, then a check.
+bool check_async(mkc::Kernel& k, int me) {
+  const mkc::rt::Driver& d = mkc::rt::Driver::get();
+  MKC_CU(d, cuCtxSetCurrent, k.job().context(me));
+  CUstream s{};
+  MKC_CU(d, cuStreamCreate, &s, CU_STREAM_NON_BLOCKING);
+  for (int i = 0; i < 20; ++i) k.launch_async({s});
+  k.synchronize();
+  MKC_CU(d, cuStreamDestroy, s);
+  return check_once(k, 14, "after 20 launches on its own stream");
+}
+
+// A symmetric tensor in this process's own memory: refused, naming why.
+bool symmetric_bind_refused(mkc::Kernel& k, int me) {
+  for (const mkc::TensorInfo& t : k.tensors()) {
+    bool symmetric = false;
+    for (const auto& b : k.plan().buffers) symmetric |= b.name == t.name && b.symmetric;
+    if (!symmetric) continue;
+    const mkc::rt::Driver& d = mkc::rt::Driver::get();
+    MKC_CU(d, cuCtxSetCurrent, k.job().context(me));
+    CUdeviceptr p = 0;
+    MKC_CU(d, cuMemAlloc, &p, t.elements() * mkc::compiler::dtype_bytes(t.dtype) + 256);
+    bool refused = false;
+    try {
+      k.bind(t.name, me, reinterpret_cast<void*>(p), t.dtype, t.shape);
+    } catch (const mkc::UserError& e) {
+      refused = std::strstr(e.what(), "is symmetric") != nullptr;
+      fmt::print("rank {}: symmetric bind of {} refused: {}\n", me, t.name, e.what());
+    }
+    d.cuMemFree(p);
+    return refused;
+  }
+  return true;  // no symmetric tensor
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string file;
   int iters = 0, skip_rank = -1;
+  bool async = false;
   mkc::KernelOptions ko;
   ko.share_gpus = true;
   for (int i = 1; i < argc; ++i) {
@@ -44,6 +86,8 @@ int main(int argc, char** argv) {
       iters = std::atoi(argv[++i]);
     } else if (a == "--skip-rank" && more) {
       skip_rank = std::atoi(argv[++i]);
+    } else if (a == "--async") {
+      async = true;
     } else if (a == "-D" && more) {
       const std::string d = argv[++i];
       const size_t eq = d.find('=');
@@ -59,6 +103,8 @@ int main(int argc, char** argv) {
       bool ok = check_once(k, 11, "first launch");
       const double us = k.time(iters);
       ok = check_once(k, 12, fmt::format("after {} launches", iters).c_str()) && ok;
+      ok = check_async(k, me) && ok;
+      ok = symmetric_bind_refused(k, me) && ok;
       fmt::print("rank {} of {}: {} ({} launches, {:.1f} us per launch)\n", me, k.ranks(),
                  ok ? "checks passed" : "checks FAILED", k.job().launches(), us);
       return ok ? 0 : 1;
@@ -72,7 +118,12 @@ int main(int argc, char** argv) {
         fmt::print("rank {}: skipping the launch\n", me);
       } else {
         try {
-          k.launch();
+          if (async) {
+            k.launch_async({nullptr});
+            k.synchronize();
+          } else {
+            k.launch();
+          }
           fmt::print("rank {}: FAILED: the launch finished without rank {}\n", me, skip_rank);
           return 1;
         } catch (const mkc::rt::LaunchError& e) {

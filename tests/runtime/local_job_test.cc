@@ -363,6 +363,7 @@ GPU_TEST_CASE(
         }
         const std::string label = fmt::format("{} {} {} KB per rank", k.name, dt, bytes >> 10);
         SUBCASE(label.c_str()) {
+          fmt::print(stderr, "sweep: {}\n", label);  // progress: the large sizes take a while
           auto c = compile(std::make_shared<dsl::SourceFile>(fmt::format("{}_sweep.mks", k.name),
                                                              fmt::format(fmt::runtime(k.text), dt)),
                            R, d);

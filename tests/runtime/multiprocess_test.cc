@@ -49,9 +49,14 @@ GPU_TEST_CASE("one process per rank: collectives and GEMM+AllReduce checked over
       const auto [rc, out] = run_command(cmd);
       MESSAGE(cmd << "\n" << out);
       CHECK(rc == 0);
+      // 223 launches: checked, 200 timed, checked, 20 on the probe's own stream, checked.
       for (int r = 0; r < ranks; ++r) {
-        CHECK(out.find(fmt::format("rank {} of {}: checks passed (202 launches", r, ranks)) !=
+        CHECK(out.find(fmt::format("rank {} of {}: checks passed (223 launches", r, ranks)) !=
               std::string::npos);
+        if (std::string(j.sample) == "allreduce") {  // X is symmetric: the caller's memory won't do
+          CHECK(out.find(fmt::format("rank {}: symmetric bind of X refused", r)) !=
+                std::string::npos);
+        }
       }
     }
   }
@@ -59,8 +64,14 @@ GPU_TEST_CASE("one process per rank: collectives and GEMM+AllReduce checked over
 
 GPU_TEST_CASE(
     "one process per rank: a rank that skips its launch; the others time out, then work") {
+  // launch() waits and throws; launch_async() returns and synchronize() throws.
+  const char* mode = "";
+  SUBCASE("launch") {}
+  SUBCASE("launch_async") {
+    mode = " --async";
+  }
   const std::string cmd = fmt::format(
-      "{} -n 2 {} samples/allgather.mks -D M=1024 -D K=64 --skip-rank 1", kMkrun, kProbe);
+      "{} -n 2 {} samples/allgather.mks -D M=1024 -D K=64 --skip-rank 1{}", kMkrun, kProbe, mode);
   const auto [rc, out] = run_command(cmd);
   MESSAGE(cmd << "\n" << out);
   CHECK(rc == 0);
