@@ -9,6 +9,7 @@
 
 #include "support/check.h"
 #include "support/error.h"
+#include "support/parallel.h"
 
 namespace mkc::plan {
 namespace {
@@ -449,6 +450,19 @@ InterpretResult interpret(const Plan& plan, const InterpretOptions& options) {
   return res;
 }
 
+namespace {
+
+// SplitMix64's finalizer: a counter-based generator, so any element's value is known without
+// drawing the ones before it (the fill runs in parallel, and gives the same values whatever
+// the split).
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
 InputFn random_inputs(const Plan& plan, uint64_t seed) {
   // Routing tables of alltoall operations: which buffers, and how many experts.
   std::map<int, int64_t> routes;
@@ -459,18 +473,20 @@ InputFn random_inputs(const Plan& plan, uint64_t seed) {
   return [&plan, seed, routes](int rank, int launch, RankData& data) {
     for (size_t b = 0; b < plan.buffers.size(); ++b) {
       if (plan.buffers[b].origin != "input") continue;
-      std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(launch) * 7919u +
-                          static_cast<uint64_t>(rank) * 104729u + b);
+      const uint64_t key = mix64(seed * 1000003u + static_cast<uint64_t>(launch) * 7919u +
+                                 static_cast<uint64_t>(rank) * 104729u + b);
       auto it = routes.find(plan.buffers[b].tensor);
-      for (double& v : data[b]) {
-        if (it != routes.end()) {
-          v = static_cast<double>(std::uniform_int_distribution<int64_t>(0, it->second - 1)(rng));
-        } else if (compiler::dtype_is_float(plan.buffers[b].dtype)) {
-          v = std::uniform_real_distribution<double>(-1.0, 1.0)(rng);
-        } else {
-          v = static_cast<double>(std::uniform_int_distribution<int64_t>(0, 7)(rng));
+      // Expert ids in [0, experts), floats uniform in [-1, 1), other integers in [0, 8).
+      const uint64_t range = it != routes.end() ? static_cast<uint64_t>(it->second) : 8;
+      const bool real = it == routes.end() && compiler::dtype_is_float(plan.buffers[b].dtype);
+      std::vector<double>& v = data[b];
+      parallel_for(static_cast<int64_t>(v.size()), [&](int64_t e0, int64_t e1) {
+        for (int64_t e = e0; e < e1; ++e) {
+          const uint64_t h = mix64(key + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(e + 1));
+          v[e] =
+              real ? static_cast<double>(h >> 11) * 0x1p-52 - 1.0 : static_cast<double>(h % range);
         }
-      }
+      });
     }
   };
 }

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "support/error.h"
+#include "support/parallel.h"
 
 namespace mkc::plan {
 namespace {
@@ -58,8 +59,11 @@ class Evaluator {
     return Ref{&d_[rank][tensor], 0, s_.tensors[tensor].shape};
   }
 
-  static double red(const std::string& op, double a, double b) {
-    return op == "sum" ? a + b : op == "max" ? std::max(a, b) : std::min(a, b);
+  // A reduction's op as a code (0 sum, 1 max, 2 min), looked up once per operation, not per
+  // element.
+  static int red_code(const std::string& op) { return op == "sum" ? 0 : op == "max" ? 1 : 2; }
+  static double red(int op, double a, double b) {
+    return op == 0 ? a + b : op == 1 ? std::max(a, b) : std::min(a, b);
   }
 
   void op(int i) {
@@ -120,12 +124,12 @@ class Evaluator {
         for (int64_t r = 0; r < R_; ++r) {
           Ref x = ref(op.inputs[0], r), y = ref(op.outputs[0], r);
           const int64_t axis = op.ints.at("axis"), inner = product(x.shape, axis + 1),
-                        n = x.shape[axis];
-          for (int64_t e = 0; e < y.size(); ++e) {
+                        n = x.shape[axis], ny = y.size();
+          const int code = red_code(op.reduce_op);
+          for (int64_t e = 0; e < ny; ++e) {
             const int64_t outer = e / inner, in = e % inner;
             double acc = x[outer * n * inner + in];
-            for (int64_t k = 1; k < n; ++k)
-              acc = red(op.reduce_op, acc, x[(outer * n + k) * inner + in]);
+            for (int64_t k = 1; k < n; ++k) acc = red(code, acc, x[(outer * n + k) * inner + in]);
             y[e] = acc;
           }
         }
@@ -136,31 +140,42 @@ class Evaluator {
       case OpKind::kAllReduce:
       case OpKind::kReduceScatter: {
         const int64_t n = product(op.inputs[0].shape);
+        std::vector<Ref> xs;
+        for (int64_t r = 0; r < R_; ++r) xs.push_back(ref(op.inputs[0], r));
+        const int code = red_code(op.reduce_op);
         std::vector<double> total(n);
-        for (int64_t e = 0; e < n; ++e) {
-          double acc = ref(op.inputs[0], 0)[e];
-          for (int64_t r = 1; r < R_; ++r) acc = red(op.reduce_op, acc, ref(op.inputs[0], r)[e]);
-          total[e] = acc;
-        }
+        parallel_for(n, [&](int64_t e0, int64_t e1) {
+          for (int64_t e = e0; e < e1; ++e) {
+            double acc = xs[0][e];
+            for (int64_t r = 1; r < R_; ++r) acc = red(code, acc, xs[r][e]);
+            total[e] = acc;
+          }
+        });
         const TensorUse& out = op.outputs.empty() ? op.inputs[0] : op.outputs[0];
         const int64_t shard = product(out.shape);
         for (int64_t r = 0; r < R_; ++r) {
           Ref y = ref(out, r);
           const int64_t base = op.kind == OpKind::kAllReduce ? 0 : r * shard;
-          for (int64_t e = 0; e < shard; ++e) y[e] = total[base + e];
+          parallel_for(shard, [&](int64_t e0, int64_t e1) {
+            for (int64_t e = e0; e < e1; ++e) y[e] = total[base + e];
+          });
         }
         return;
       }
       case OpKind::kAllGather: {
         const int64_t part = product(op.inputs[0].shape);
-        std::vector<double> all;
+        std::vector<double> all(part * R_);
         for (int64_t r = 0; r < R_; ++r) {
           Ref x = ref(op.inputs[0], r);
-          for (int64_t e = 0; e < part; ++e) all.push_back(x[e]);
+          parallel_for(part, [&](int64_t e0, int64_t e1) {
+            for (int64_t e = e0; e < e1; ++e) all[r * part + e] = x[e];
+          });
         }
         for (int64_t r = 0; r < R_; ++r) {
           Ref y = ref(op.outputs[0], r);
-          for (size_t e = 0; e < all.size(); ++e) y[static_cast<int64_t>(e)] = all[e];
+          parallel_for(part * R_, [&](int64_t e0, int64_t e1) {
+            for (int64_t e = e0; e < e1; ++e) y[e] = all[e];
+          });
         }
         return;
       }

@@ -7,6 +7,7 @@
 
 #include "runtime/tensor_map.h"
 #include "support/error.h"
+#include "support/parallel.h"
 
 namespace mkc::rt {
 namespace {
@@ -45,6 +46,25 @@ class CtxScope {
   const Driver& d_;
   CUcontext prev_ = nullptr;
 };
+
+}  // namespace
+
+namespace {
+
+// The element types upload and download convert from and to double.
+bool convertible(compiler::DType t) {
+  switch (t) {
+    case compiler::DType::kBf16:
+    case compiler::DType::kF16:
+    case compiler::DType::kF32:
+    case compiler::DType::kF64:
+    case compiler::DType::kI32:
+    case compiler::DType::kI64:
+      return true;
+    default:
+      return false;
+  }
+}
 
 }  // namespace
 
@@ -481,43 +501,47 @@ void LocalJob::upload(int rank, int buffer, const std::vector<double>& values) {
   const Driver& d = Driver::get();
   const plan::Buffer& b = plan_.buffers[buffer];
   const int eb = compiler::dtype_bytes(b.dtype);
+  if (!convertible(b.dtype))
+    throw UserError(
+        fmt::format("uploading {} data is not supported yet", compiler::dtype_name(b.dtype)));
   std::vector<unsigned char> bytes(values.size() * eb);
-  for (size_t i = 0; i < values.size(); ++i) {
-    unsigned char* p = bytes.data() + i * eb;
-    switch (b.dtype) {
-      case compiler::DType::kBf16: {
-        const uint16_t h = to_bf16(static_cast<float>(values[i]));
-        std::memcpy(p, &h, 2);
-        break;
+  parallel_for(static_cast<int64_t>(values.size()), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      unsigned char* p = bytes.data() + i * eb;
+      switch (b.dtype) {
+        case compiler::DType::kBf16: {
+          const uint16_t h = to_bf16(static_cast<float>(values[i]));
+          std::memcpy(p, &h, 2);
+          break;
+        }
+        case compiler::DType::kF16: {
+          const _Float16 h = static_cast<_Float16>(values[i]);
+          std::memcpy(p, &h, 2);
+          break;
+        }
+        case compiler::DType::kF32: {
+          const float f = static_cast<float>(values[i]);
+          std::memcpy(p, &f, 4);
+          break;
+        }
+        case compiler::DType::kF64:
+          std::memcpy(p, &values[i], 8);
+          break;
+        case compiler::DType::kI32: {
+          const int32_t v = static_cast<int32_t>(values[i]);
+          std::memcpy(p, &v, 4);
+          break;
+        }
+        case compiler::DType::kI64: {
+          const int64_t v = static_cast<int64_t>(values[i]);
+          std::memcpy(p, &v, 8);
+          break;
+        }
+        default:
+          break;  // not convertible: refused above
       }
-      case compiler::DType::kF16: {
-        const _Float16 h = static_cast<_Float16>(values[i]);
-        std::memcpy(p, &h, 2);
-        break;
-      }
-      case compiler::DType::kF32: {
-        const float f = static_cast<float>(values[i]);
-        std::memcpy(p, &f, 4);
-        break;
-      }
-      case compiler::DType::kF64:
-        std::memcpy(p, &values[i], 8);
-        break;
-      case compiler::DType::kI32: {
-        const int32_t v = static_cast<int32_t>(values[i]);
-        std::memcpy(p, &v, 4);
-        break;
-      }
-      case compiler::DType::kI64: {
-        const int64_t v = static_cast<int64_t>(values[i]);
-        std::memcpy(p, &v, 8);
-        break;
-      }
-      default:
-        throw UserError(
-            fmt::format("uploading {} data is not supported yet", compiler::dtype_name(b.dtype)));
     }
-  }
+  });
   Rank& rk = local(rank, "upload");
   synchronize();
   CtxScope scope(d, rk.ctx);
@@ -528,6 +552,9 @@ std::vector<double> LocalJob::download(int rank, int buffer) {
   const Driver& d = Driver::get();
   const plan::Buffer& b = plan_.buffers[buffer];
   const int eb = compiler::dtype_bytes(b.dtype);
+  if (!convertible(b.dtype))
+    throw UserError(
+        fmt::format("downloading {} data is not supported yet", compiler::dtype_name(b.dtype)));
   std::vector<unsigned char> bytes(static_cast<size_t>(b.elements()) * eb);
   {
     Rank& rk = local(rank, "download");
@@ -536,47 +563,48 @@ std::vector<double> LocalJob::download(int rank, int buffer) {
     MKC_CU(d, cuMemcpyDtoH, bytes.data(), address(rank, buffer), bytes.size());
   }
   std::vector<double> out(b.elements());
-  for (size_t i = 0; i < out.size(); ++i) {
-    const unsigned char* p = bytes.data() + i * eb;
-    switch (b.dtype) {
-      case compiler::DType::kBf16: {
-        uint16_t h;
-        std::memcpy(&h, p, 2);
-        out[i] = from_bf16(h);
-        break;
+  parallel_for(static_cast<int64_t>(out.size()), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const unsigned char* p = bytes.data() + i * eb;
+      switch (b.dtype) {
+        case compiler::DType::kBf16: {
+          uint16_t h;
+          std::memcpy(&h, p, 2);
+          out[i] = from_bf16(h);
+          break;
+        }
+        case compiler::DType::kF16: {
+          _Float16 h;
+          std::memcpy(&h, p, 2);
+          out[i] = static_cast<double>(h);
+          break;
+        }
+        case compiler::DType::kF32: {
+          float f;
+          std::memcpy(&f, p, 4);
+          out[i] = f;
+          break;
+        }
+        case compiler::DType::kF64:
+          std::memcpy(&out[i], p, 8);
+          break;
+        case compiler::DType::kI32: {
+          int32_t v;
+          std::memcpy(&v, p, 4);
+          out[i] = v;
+          break;
+        }
+        case compiler::DType::kI64: {
+          int64_t v;
+          std::memcpy(&v, p, 8);
+          out[i] = static_cast<double>(v);
+          break;
+        }
+        default:
+          break;  // not convertible: refused above
       }
-      case compiler::DType::kF16: {
-        _Float16 h;
-        std::memcpy(&h, p, 2);
-        out[i] = static_cast<double>(h);
-        break;
-      }
-      case compiler::DType::kF32: {
-        float f;
-        std::memcpy(&f, p, 4);
-        out[i] = f;
-        break;
-      }
-      case compiler::DType::kF64:
-        std::memcpy(&out[i], p, 8);
-        break;
-      case compiler::DType::kI32: {
-        int32_t v;
-        std::memcpy(&v, p, 4);
-        out[i] = v;
-        break;
-      }
-      case compiler::DType::kI64: {
-        int64_t v;
-        std::memcpy(&v, p, 8);
-        out[i] = static_cast<double>(v);
-        break;
-      }
-      default:
-        throw UserError(
-            fmt::format("downloading {} data is not supported yet", compiler::dtype_name(b.dtype)));
     }
-  }
+  });
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include "compiler/reference.h"
 #include "support/error.h"
+#include "support/parallel.h"
 
 namespace mkc::rt {
 namespace {
@@ -39,7 +40,11 @@ std::vector<std::vector<std::vector<double>>> prepare(LocalJob& job, const plan:
     for (size_t t = 0; t < s.tensors.size(); ++t) {
       const bool input = s.tensors[t].kind == dsl::TensorKind::kInput;
       if (input) {
-        for (double& v : data[t]) v = quantize(v, s.tensors[t].dtype);
+        std::vector<double>& v = data[t];
+        const compiler::DType dt = s.tensors[t].dtype;
+        parallel_for(static_cast<int64_t>(v.size()), [&](int64_t e0, int64_t e1) {
+          for (int64_t e = e0; e < e1; ++e) v[e] = quantize(v[e], dt);
+        });
       }
       if (!job.is_local(r)) continue;
       if (input) {
@@ -102,17 +107,35 @@ std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan,
       c.rank = r;
       c.tensor = s.tensors[t].name;
       c.tolerance = tolerance_for(s.tensors[t].dtype);
-      double num = 0, den = 0;
-      for (size_t e = 0; e < got.size(); ++e) {
-        const double want = ref[r][t][e];
-        if (std::isnan(want)) continue;
-        if (std::isnan(got[e])) {
-          ++c.unwritten;
-          continue;
+      // Per part of the tensor, summed in part order.
+      struct Part {
+        double num = 0, den = 0;
+        int64_t unwritten = 0, inexact = 0;
+      };
+      const int64_t n = static_cast<int64_t>(got.size());
+      std::vector<Part> parts(parallel_parts(n));
+      const std::vector<double>& want_all = ref[r][t];
+      const compiler::DType dt = s.tensors[t].dtype;
+      parallel_parts_for(n, [&](int64_t part, int64_t e0, int64_t e1) {
+        Part& p = parts[part];
+        for (int64_t e = e0; e < e1; ++e) {
+          const double want = want_all[e];
+          if (std::isnan(want)) continue;
+          if (std::isnan(got[e])) {
+            ++p.unwritten;
+            continue;
+          }
+          p.num += (got[e] - want) * (got[e] - want);
+          p.den += want * want;
+          if (got[e] != quantize(want, dt)) ++p.inexact;
         }
-        num += (got[e] - want) * (got[e] - want);
-        den += want * want;
-        if (got[e] != quantize(want, s.tensors[t].dtype)) ++c.inexact;
+      });
+      double num = 0, den = 0;
+      for (const Part& p : parts) {
+        num += p.num;
+        den += p.den;
+        c.unwritten += p.unwritten;
+        c.inexact += p.inexact;
       }
       c.rel_error = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
       out.push_back(c);

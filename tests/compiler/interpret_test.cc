@@ -16,6 +16,7 @@
 #include "compiler/reference.h"
 #include "dsl/parser.h"
 #include "support/error.h"
+#include "support/parallel.h"
 
 namespace mkc::plan {
 namespace {
@@ -313,6 +314,69 @@ TEST_CASE("a plan that cannot finish is reported as a deadlock with the waiting 
     const std::string msg = e.what();
     CHECK(msg.find("deadlocks") != std::string::npos);
     CHECK(msg.find("to reach 2, seen 1") != std::string::npos);
+  }
+}
+
+TEST_CASE("random inputs: deterministic, in range, the whole range, new per rank and launch") {
+  Compiled c;
+  dsl::Diagnostics diags;
+  c.module = dsl::parse(dsl::SourceFile::read("samples/alltoall.mks"), diags);
+  compiler::CheckOptions opts;
+  opts.ranks = {2};
+  opts.defines = {{"T", 1024}, {"H", 64}, {"K", 2}};
+  c.checked = compiler::check(c.module, opts, diags);
+  REQUIRE_MESSAGE(!diags.has_errors(), dsl::render_text(diags.all(), false));
+  const Plan p = build_plan(c.checked[0], {});
+  const InputFn fill = random_inputs(p, 7);
+  auto draw = [&](int rank, int launch) {
+    RankData d(p.buffers.size());
+    for (size_t b = 0; b < p.buffers.size(); ++b) d[b].assign(p.buffers[b].elements(), 0.0);
+    fill(rank, launch, d);
+    return d;
+  };
+  const RankData a = draw(0, 1), again = draw(0, 1), other_rank = draw(1, 1), next = draw(0, 2);
+  CHECK(a == again);
+  int floats = 0, routes = 0;
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    if (p.buffers[b].origin != "input") continue;
+    const std::vector<double>& v = a[b];
+    REQUIRE(v.size() >= 2048);
+    CHECK(v != other_rank[b]);
+    CHECK(v != next[b]);
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    double mean = 0;
+    for (double x : v) mean += x / static_cast<double>(v.size());
+    if (compiler::dtype_is_float(p.buffers[b].dtype)) {
+      ++floats;
+      CHECK(*lo >= -1.0);
+      CHECK(*hi < 1.0);
+      CHECK(*lo < -0.99);  // the whole range is drawn
+      CHECK(*hi > 0.99);
+      CHECK(std::fabs(mean) < 0.05);
+    } else {
+      ++routes;  // alltoall's route: expert ids (one expert per rank in the sample)
+      CHECK(*lo == 0);
+      CHECK(*hi == 1);
+      for (double x : v) REQUIRE(x == std::floor(x));
+    }
+  }
+  CHECK(floats >= 1);
+  CHECK(routes >= 1);
+}
+
+TEST_CASE("parallel_for covers every index once, whatever the size") {
+  for (int64_t n :
+       {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{3} << 20, (int64_t{5} << 20) + 3}) {
+    std::vector<int> hits(static_cast<size_t>(n), 0);
+    parallel_for(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) ++hits[i];
+    });
+    CHECK(std::count(hits.begin(), hits.end(), 1) == n);
+    std::vector<int64_t> per(parallel_parts(n), 0);
+    parallel_parts_for(n, [&](int64_t part, int64_t b, int64_t e) { per[part] += e - b; });
+    int64_t total = 0;
+    for (int64_t x : per) total += x;
+    CHECK(total == n);
   }
 }
 
