@@ -105,6 +105,33 @@ TEST_CASE("detect_world: partial or inconsistent settings are named") {
                        doctest::Contains("MASTER_PORT=70000"), UserError);
 }
 
+TEST_CASE("place_ranks: the launcher's size, the count asked for, GPUs and sharing") {
+  const World alone;  // no launcher
+  // One process: one rank per GPU by default; more ranks than GPUs only when sharing.
+  CHECK(place_ranks(alone, 0, 2, false).ranks == 2);
+  CHECK(place_ranks(alone, 0, 2, false).per_gpu == 1);
+  CHECK(place_ranks(alone, 1, 2, false).ranks == 1);
+  const Placement shared = place_ranks(alone, 8, 2, true);
+  CHECK(shared.ranks == 8);
+  CHECK(shared.per_gpu == 4);
+  CHECK(place_ranks(alone, 3, 2, true).per_gpu == 2);  // rank r on GPU r % 2: GPU 0 holds two
+  CHECK_THROWS_WITH_AS(place_ranks(alone, 4, 2, false),
+                       doctest::Contains("4 ranks asked for, this machine has 2 GPU(s)"),
+                       UserError);
+  CHECK_THROWS_AS(place_ranks(alone, -1, 2, false), UserError);
+  // Under a launcher: its size, one rank per process (sharing GPUs is the job's business).
+  const World w = from({{"RANK", "1"}, {"WORLD_SIZE", "4"}});
+  CHECK(job_size(w, 0) == 4);
+  CHECK(job_size(w, 4) == 4);
+  const Placement under = place_ranks(w, 0, 1, false);
+  CHECK(under.ranks == 4);
+  CHECK(under.per_gpu == 1);
+  CHECK_THROWS_WITH_AS(
+      job_size(w, 2),
+      doctest::Contains("2 ranks asked for (--ranks), but this process is rank 1 of a job of 4"),
+      UserError);
+}
+
 TEST_CASE("rendezvous: four ranks as threads all-gather blobs of different sizes, twice") {
   const int port = free_port(), n = 4;
   std::vector<std::vector<std::string>> got(n);
