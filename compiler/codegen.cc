@@ -83,9 +83,8 @@ class Generator {
       // more in flight spills.
       line("#define MKC_REDUCE_UNROLL 1");
       line("#include \"mkc/gemm_sm90.cuh\"");
-    } else {
-      line("#include \"mkc/tasks.cuh\"");
     }
+    line("#include \"mkc/tasks.cuh\"");
     line("");
     device_functions();
     line(fmt::format(
@@ -124,11 +123,14 @@ class Generator {
     for (const plan::View& v : t.views)
       key += std::string(":") + compiler::dtype_name(p_.buffers[v.buffer].dtype);
     if (t.kind == TaskKind::kGemmTile) {
-      key += fmt::format(":fn{}:bias{}", t.args[5], t.args[6]);
+      const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+      key += fmt::format(":fn{}:bias{}", g.fn, g.has_bias);
       if (const int bn = tma_tile_n(t)) key += fmt::format(":tma{}x{}", tma_tile_m(t), bn);
     }
-    if (t.kind == TaskKind::kGroupedGemmTile) key += fmt::format(":fn{}", t.args[4]);
-    if (t.kind == TaskKind::kMapTile) key += fmt::format(":fn{}", t.args[2]);
+    if (t.kind == TaskKind::kGroupedGemmTile)
+      key += fmt::format(":fn{}", plan::args_as<abi::GroupedGemmTileArgs>(t).fn);
+    if (t.kind == TaskKind::kMapTile)
+      key += fmt::format(":fn{}", plan::args_as<abi::MapTileArgs>(t).fn);
     return key;
   }
 
@@ -143,10 +145,14 @@ class Generator {
     for (const plan::View* v : {&a, &b}) {
       if ((v->shape[1] * 2) % 16 != 0 || (v->offset * 2) % 16 != 0) return 0;
     }
-    return t.args[3] - t.args[2] > 128 ? 256 : 128;
+    const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    return g.n1 - g.n0 > 128 ? 256 : 128;
   }
   // Its rows: 64 for tiles of at most 64 rows (the consumers then split the columns), else 128.
-  static int tma_tile_m(const Task& t) { return t.args[1] - t.args[0] <= 64 ? 64 : 128; }
+  static int tma_tile_m(const Task& t) {
+    const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    return g.m1 - g.m0 <= 64 ? 64 : 128;
+  }
 
   int tensor_map(const plan::View& v, int box_rows, int box_cols) {
     TensorMapSpec m;
@@ -225,30 +231,34 @@ class Generator {
           "mkc::View* next_v) {{",
           c));
       switch (t.kind) {
-        case TaskKind::kGemmTile:
+        case TaskKind::kGemmTile: {
+          const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
           if (const int bn = tma_tile_n(t)) {
             line("  extern __shared__ unsigned char mkc_smem[];");
             line(fmt::format(
                 "  mkc::sm90::gemm_tile_tma<{}, {}, {}, {}, {}>(a, v, args, kBuffers, mkc_smem, "
                 "next_args, next_v, {}{{}});",
-                type_of(t, 0), type_of(t, 2), t.args[6] ? type_of(t, 3) : type_of(t, 2),
-                tma_tile_m(t), bn, fn_type(t.args[5])));
+                type_of(t, 0), type_of(t, 2), g.has_bias ? type_of(t, 3) : type_of(t, 2),
+                tma_tile_m(t), bn, fn_type(g.fn)));
           } else {
             line(fmt::format("  mkc::gemm_tile<{}, {}, {}, {}>(a, v, args, kBuffers, {}{{}});",
                              type_of(t, 0), type_of(t, 1), type_of(t, 2),
-                             t.args[6] ? type_of(t, 3) : type_of(t, 2), fn_type(t.args[5])));
+                             g.has_bias ? type_of(t, 3) : type_of(t, 2), fn_type(g.fn)));
           }
           break;
+        }
         case TaskKind::kGroupedGemmTile:
           line(fmt::format("  mkc::grouped_gemm_tile<{}, {}, {}>(a, v, args, kBuffers, {}{{}});",
-                           type_of(t, 0), type_of(t, 1), type_of(t, 2), fn_type(t.args[4])));
+                           type_of(t, 0), type_of(t, 1), type_of(t, 2),
+                           fn_type(plan::args_as<abi::GroupedGemmTileArgs>(t).fn)));
           break;
         case TaskKind::kCopy:
           line(fmt::format("  mkc::copy_rows<{}>(a, v, args, kBuffers);", type_of(t, 0)));
           break;
         case TaskKind::kMapTile: {
           const size_t n = t.views.size() - 1;
-          const compiler::DeviceFunction& f = p_.source->device_fns[t.args[2]];
+          const compiler::DeviceFunction& f =
+              p_.source->device_fns[plan::args_as<abi::MapTileArgs>(t).fn];
           std::string call;
           for (size_t i = 0; i < n; ++i) {
             line(fmt::format("  const auto* x{} = mkc::view_ptr<{}>(a, v[{}], kBuffers);", i,
@@ -258,9 +268,8 @@ class Generator {
           }
           line(fmt::format("  auto* y = mkc::view_ptr<{}>(a, v[{}], kBuffers);", type_of(t, n), n));
           line(fmt::format("  const long long row = mkc::elems_from(v[{}], 1);", n));
-          line(
-              "  for (long long e = args[0] * row + threadIdx.x; e < args[1] * row; e += "
-              "blockDim.x) {");
+          line("  const mkc::abi::MapTileArgs& m = mkc::args_as<mkc::abi::MapTileArgs>(args);");
+          line("  for (long long e = m.r0 * row + threadIdx.x; e < m.r1 * row; e += blockDim.x) {");
           line(fmt::format("    y[e] = mkc::from_f32<{}>(mkc::to_f32({}({})));", type_of(t, n),
                            f.name, call));
           line("  }");
@@ -314,29 +323,32 @@ class Generator {
   }
 
   void tables(int ctas) {
-    // Per task: class, first view, views, first arg, args, first wait, waits, first signal,
-    // signals.
+    // Per task, an abi::TaskRecord: class, first view, views, first arg, args, first wait,
+    // waits, first signal, signals.
     std::string views, args, waits, sigs, tasks;
     int nv = 0, na = 0, nw = 0, ns = 0;
     for (size_t i = 0; i < p_.tasks.size(); ++i) {
       const Task& t = p_.tasks[i];
       const int cls = has_body(t.kind) ? class_of_.at(class_key(t)) : -1;
-      tasks += fmt::format("    {}, {}, {}, {}, {}, {}, {}, {}, {},  // {}: {} on rank {}\n", cls,
-                           nv, t.views.size(), na, t.args.size() + (tma_tile_n(t) ? 2 : 0), nw,
-                           t.waits.size(), ns, t.signals.size(), i, t.label, t.rank);
+      tasks += fmt::format("    {{{}, {}, {}, {}, {}, {}, {}, {}, {}}},  // {}: {} on rank {}\n",
+                           cls, nv, t.views.size(), na, t.args.size(), nw, t.waits.size(), ns,
+                           t.signals.size(), i, t.label, t.rank);
       for (const plan::View& v : t.views) {
-        MKC_CHECK(v.shape.size() <= 6, "view of {} dimensions", v.shape.size());
+        MKC_CHECK(v.shape.size() <= abi::kMaxDims, "view of {} dimensions", v.shape.size());
         std::vector<int64_t> shape = v.shape;
-        shape.resize(6, 1);
+        shape.resize(abi::kMaxDims, 1);
         views += fmt::format("    {{{}, {}, {}, {}, {{{}}}}},\n", v.rank, v.buffer, v.offset,
                              v.shape.size(), fmt::join(shape, ", "));
         ++nv;
       }
       std::vector<int64_t> targs = t.args;
       if (tma_tile_n(t)) {
-        // The tensor maps of A (128 x 64 boxes) and B (64 x 64 boxes): args 7 and 8.
-        targs.push_back(tensor_map(t.views[0], tma_tile_m(t), 64));
-        targs.push_back(tensor_map(t.views[1], 64, 64));
+        // The tensor maps of A (BM x 64 boxes) and B (64 x 64 boxes).
+        abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+        g.map_a = tensor_map(t.views[0], tma_tile_m(t), 64);
+        g.map_b = tensor_map(t.views[1], 64, 64);
+        targs.assign(reinterpret_cast<const int64_t*>(&g),
+                     reinterpret_cast<const int64_t*>(&g) + sizeof(g) / 8);
       }
       if (!targs.empty()) args += fmt::format("    {},\n", fmt::join(targs, ", "));
       na += static_cast<int>(targs.size());
@@ -352,7 +364,7 @@ class Generator {
     }
     // Empty arrays are not allowed: a placeholder entry keeps every table well-formed.
     line(fmt::format("// The plan: {} tasks, {} events.", p_.tasks.size(), p_.events.size()));
-    line("__device__ const int kTasks[] = {\n" + tasks + "    0};");
+    line("__device__ const mkc::TaskRecord kTasks[] = {\n" + tasks + "    {}};");
     line("__device__ const mkc::View kViews[] = {\n" + views + "    {}};");
     line("__device__ const long long kArgs[] = {\n" + args + "    0};");
     line("__device__ const mkc::Wait kWaits[] = {\n" + waits + "    {}};");
@@ -390,21 +402,24 @@ class Generator {
     }
     line("  for (int i = first; i < last; ++i) {");
     line("    const int t = kCtaList[i];");
-    line("    const int* rec = kTasks + t * 9;");
-    line("    if (!mkc::wait_all(a, kWaits + rec[5], rec[6], t)) return;");
+    line("    const mkc::TaskRecord& rec = kTasks[t];");
+    line("    mkc::begin_task(a, t);");
+    line("    if (!mkc::wait_all(a, kWaits + rec.wait0, rec.nwaits)) return;");
     line("    if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t] = mkc::globaltimer();");
     if (tma) {
       // The next task, when it is of the same class and waits for nothing: a GEMM tile loads its
       // first stages during this one's epilogue (templates/mkc/gemm_sm90.cuh).
-      line("    const int* next = i + 1 < last ? kTasks + kCtaList[i + 1] * 9 : nullptr;");
-      line("    const bool chain = next != nullptr && next[0] == rec[0] && next[6] == 0;");
+      line("    const mkc::TaskRecord* next = i + 1 < last ? &kTasks[kCtaList[i + 1]] : nullptr;");
+      line("    const bool chain = next != nullptr && next->cls == rec.cls && next->nwaits == 0;");
       line(
-          "    run_task(rec[0], a, kViews + rec[1], kArgs + rec[3], rec[4], chain ? kArgs + "
-          "next[3] : nullptr, chain ? kViews + next[1] : nullptr);");
+          "    run_task(rec.cls, a, kViews + rec.view0, kArgs + rec.arg0, rec.nargs, chain ? kArgs "
+          "+ next->arg0 : nullptr, chain ? kViews + next->view0 : nullptr);");
     } else {
-      line("    run_task(rec[0], a, kViews + rec[1], kArgs + rec[3], rec[4], nullptr, nullptr);");
+      line(
+          "    run_task(rec.cls, a, kViews + rec.view0, kArgs + rec.arg0, rec.nargs, nullptr, "
+          "nullptr);");
     }
-    line("    mkc::signal_all(a, kSignals + rec[7], rec[8]);");
+    line("    if (!mkc::finish_task(a, kSignals + rec.sig0, rec.nsigs)) return;");
     line(
         "    if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t + 1] = mkc::globaltimer();");
     line("  }");

@@ -102,7 +102,8 @@ class Deriver {
   std::set<int> notified(const Task& t) const {
     std::set<int> out;
     for (const Box& b : t.writes) out.insert(b.rank);
-    if (t.kind == TaskKind::kSignalOnly) out.insert(static_cast<int>(t.args[0]));
+    if (t.kind == TaskKind::kSignalOnly)
+      out.insert(static_cast<int>(args_as<abi::SignalArgs>(t).peer));
     if (out.empty()) out.insert(t.rank);
     return out;
   }
@@ -231,8 +232,10 @@ class Deriver {
     for (const Box& b : task.writes) {
       if (b.rank != task.rank) edge(fences_.at(b.rank), t);
     }
-    if (task.kind == TaskKind::kSignalOnly && task.args[0] != task.rank)
-      edge(fences_.at(static_cast<int>(task.args[0])), t);
+    if (task.kind == TaskKind::kSignalOnly) {
+      const int peer = static_cast<int>(args_as<abi::SignalArgs>(task).peer);
+      if (peer != task.rank) edge(fences_.at(peer), t);
+    }
   }
 
   Plan& p_;

@@ -64,14 +64,14 @@ void for_rows(const View& src, const std::vector<int64_t>& lo, const std::vector
   }
 }
 
-// Reads a range encoded as {n, lo[n], hi[n]} at args[pos]; advances pos.
+// Reads a range (abi.h, "ranges") at args[pos]; advances pos.
 void read_range(const std::vector<int64_t>& args, size_t* pos, std::vector<int64_t>* lo,
                 std::vector<int64_t>* hi) {
-  const int64_t n = args[(*pos)++];
-  lo->assign(args.begin() + static_cast<long>(*pos), args.begin() + static_cast<long>(*pos + n));
-  hi->assign(args.begin() + static_cast<long>(*pos + n),
-             args.begin() + static_cast<long>(*pos + 2 * n));
-  *pos += 2 * n;
+  int at = static_cast<int>(*pos);
+  const abi::Range r = abi::read_range(reinterpret_cast<const abi::i64*>(args.data()), &at);
+  lo->assign(r.lo, r.lo + r.n);
+  hi->assign(r.hi, r.hi + r.n);
+  *pos = static_cast<size_t>(at);
 }
 
 double reduce2(int64_t op, double a, double b) {
@@ -196,8 +196,8 @@ class Machine {
         return;
       case TaskKind::kGemmTile: {
         const View &a = t.views[0], &b = t.views[1], &c = t.views[2];
-        const int64_t m0 = t.args[0], m1 = t.args[1], n0 = t.args[2], n1 = t.args[3],
-                      K = a.shape[1];
+        const abi::GemmTileArgs g = args_as<abi::GemmTileArgs>(t);
+        const int64_t m0 = g.m0, m1 = g.m1, n0 = g.n0, n1 = g.n1, K = a.shape[1];
         for (int64_t m = m0; m < m1; ++m) {
           for (int64_t n = n0; n < n1; ++n) {
             double acc = 0;
@@ -205,8 +205,8 @@ class Machine {
             const std::vector<double>& bv = buf(b);
             const int64_t arow = flat(a, m, 0), bcol = flat(b, 0, n), N = b.shape[1];
             for (int64_t k = 0; k < K; ++k) acc += av[arow + k] * bv[bcol + k * N];
-            if (t.args[6]) acc += buf(t.views[3])[flat(t.views[3], n)];
-            if (t.args[5] >= 0) acc = fn(t.args[5], {acc});
+            if (g.has_bias) acc += buf(t.views[3])[flat(t.views[3], n)];
+            if (g.fn >= 0) acc = fn(g.fn, {acc});
             buf(c)[flat(c, m, n)] = acc;
           }
         }
@@ -214,6 +214,7 @@ class Machine {
       }
       case TaskKind::kGroupedGemmTile: {
         const View &x = t.views[0], &w = t.views[1], &y = t.views[2], &cn = t.views[3];
+        const abi::GroupedGemmTileArgs ga = args_as<abi::GroupedGemmTileArgs>(t);
         const int64_t G = w.shape[0], K = x.shape[1];
         std::vector<int64_t> start(G + 1, 0);
         const int64_t lead = product(cn.shape) / G;
@@ -223,13 +224,13 @@ class Machine {
             rows += static_cast<int64_t>(buf(cn)[cn.offset + l * G + g]);
           start[g + 1] = start[g] + rows;
         }
-        for (int64_t r = t.args[0]; r < t.args[1] && r < start[G]; ++r) {
+        for (int64_t r = ga.r0; r < ga.r1 && r < start[G]; ++r) {
           int64_t g = 0;
           while (start[g + 1] <= r) ++g;
-          for (int64_t n = t.args[2]; n < t.args[3]; ++n) {
+          for (int64_t n = ga.n0; n < ga.n1; ++n) {
             double acc = 0;
             for (int64_t k = 0; k < K; ++k) acc += buf(x)[flat(x, r, k)] * buf(w)[flat(w, g, k, n)];
-            if (t.args[4] >= 0) acc = fn(t.args[4], {acc});
+            if (ga.fn >= 0) acc = fn(ga.fn, {acc});
             buf(y)[flat(y, r, n)] = acc;
           }
         }
@@ -242,17 +243,20 @@ class Machine {
         const View& y = t.views[nin];
         const int64_t row = product(y.shape, 1);
         std::vector<double> in(nin);
-        for (int64_t e = t.args[0] * row; e < t.args[1] * row; ++e) {
+        // map_tile's arguments start like copy's: {r0, r1[, fn]}.
+        const abi::MapTileArgs m = args_as<abi::MapTileArgs>(t);
+        for (int64_t e = m.r0 * row; e < m.r1 * row; ++e) {
           for (size_t i = 0; i < nin; ++i) in[i] = buf(t.views[i])[t.views[i].offset + e];
-          buf(y)[y.offset + e] = is_map ? fn(t.args[2], in) : in[0];
+          buf(y)[y.offset + e] = is_map ? fn(m.fn, in) : in[0];
         }
         return;
       }
       case TaskKind::kReduceTile: {
         const View &x = t.views[0], &y = t.views[1];
-        const int64_t axis = t.args[2], op = t.args[3];
+        const abi::ReduceTileArgs rt = args_as<abi::ReduceTileArgs>(t);
+        const int64_t axis = rt.axis, op = rt.op;
         const int64_t inner = product(x.shape, axis + 1), n = x.shape[axis];
-        for (int64_t e = t.args[0]; e < t.args[1]; ++e) {
+        for (int64_t e = rt.y0; e < rt.y1; ++e) {
           const int64_t outer = e / inner, in = e % inner;
           double acc = buf(x)[x.offset + (outer * n) * inner + in];
           for (int64_t k = 1; k < n; ++k)
@@ -263,11 +267,12 @@ class Machine {
       }
       case TaskKind::kAttentionTile: {
         const View &q = t.views[0], &k = t.views[1], &v = t.views[2], &o = t.views[3];
-        const int64_t l = t.args[0], Sk = k.shape[1], D = q.shape[2], Dv = v.shape[2];
-        const bool causal = t.args[3], acc_on = t.args[4], first = t.args[5], last = t.args[6];
+        const abi::AttentionTileArgs at = args_as<abi::AttentionTileArgs>(t);
+        const int64_t l = at.l, Sk = k.shape[1], D = q.shape[2], Dv = v.shape[2];
+        const bool causal = at.causal, acc_on = at.accumulate, first = at.first, last = at.last;
         double scale = 0;
-        std::memcpy(&scale, &t.args[7], sizeof(scale));
-        for (int64_t qi = t.args[1]; qi < t.args[2]; ++qi) {
+        std::memcpy(&scale, &at.scale_bits, sizeof(scale));
+        for (int64_t qi = at.q0; qi < at.q1; ++qi) {
           double m = -std::numeric_limits<double>::infinity(), sum = 0;
           std::vector<double> acc(Dv, 0);
           if (acc_on && !first) {
@@ -320,10 +325,11 @@ class Machine {
         return;
       }
       case TaskKind::kReduceSlots: {
-        const int64_t op = t.args[0], self = t.args[1];
-        const bool out_x = t.args[2];
+        const abi::ReduceSlotsHead head = args_as<abi::ReduceSlotsHead>(t);
+        const int64_t op = head.op, self = head.self;
+        const bool out_x = head.out_in_x_coords;
         std::vector<int64_t> xlo, xhi, lo, hi;
-        size_t pos = 3;
+        size_t pos = sizeof(abi::ReduceSlotsHead) / 8;
         read_range(t.args, &pos, &xlo, &xhi);
         read_range(t.args, &pos, &lo, &hi);
         const View &own = t.views[0], &slots = t.views[1], &out = t.views[2];
@@ -354,7 +360,7 @@ class Machine {
       }
       case TaskKind::kA2aCounts: {
         const View& route = t.views[0];
-        const int64_t E = t.args[0];
+        const int64_t E = args_as<abi::A2aCountsArgs>(t).experts;
         std::vector<double> cnt(E, 0);
         for (int64_t i = 0; i < product(route.shape); ++i)
           cnt[static_cast<int64_t>(buf(route)[route.offset + i])] += 1;
@@ -366,8 +372,8 @@ class Machine {
       }
       case TaskKind::kA2aSend: {
         const View &x = t.views[0], &route = t.views[1], &xc = t.views[2];
-        const int64_t r0 = t.args[0], r1 = t.args[1], E = t.args[2], K = t.args[3], R = p_.ranks,
-                      per = E / R;
+        const abi::A2aSendArgs sa = args_as<abi::A2aSendArgs>(t);
+        const int64_t r0 = sa.r0, r1 = sa.r1, E = sa.experts, K = sa.k, R = p_.ranks, per = E / R;
         const int64_t H = x.shape[1];
         for (int64_t tok = r0; tok < r1; ++tok) {
           for (int64_t k = 0; k < K; ++k) {
@@ -393,7 +399,7 @@ class Machine {
       }
       case TaskKind::kA2aFinish: {
         const View &xc = t.views[0], &counts = t.views[1];
-        const int64_t E = t.args[0], per = E / p_.ranks;
+        const int64_t E = args_as<abi::ExpertsArgs>(t).experts, per = E / p_.ranks;
         for (int64_t s = 0; s < p_.ranks; ++s) {
           for (int64_t le = 0; le < per; ++le)
             buf(counts)[flat(counts, s, le)] = buf(xc)[flat(xc, s, t.rank * per + le)];
@@ -402,7 +408,7 @@ class Machine {
       }
       case TaskKind::kCombineSend: {
         const View &y = t.views[0], &origin = t.views[1], &xc = t.views[2];
-        const int64_t E = t.args[0], per = E / p_.ranks, H = y.shape[1];
+        const int64_t E = args_as<abi::ExpertsArgs>(t).experts, per = E / p_.ranks, H = y.shape[1];
         int64_t total = 0;
         for (int64_t s = 0; s < p_.ranks; ++s) {
           for (int64_t le = 0; le < per; ++le)
@@ -420,11 +426,13 @@ class Machine {
       case TaskKind::kCombineReduce: {
         const View &back = t.views[0], &w = t.views[1], &out = t.views[2];
         const int64_t K = back.shape[1], H = back.shape[2];
-        for (int64_t tok = t.args[0]; tok < t.args[1]; ++tok) {
+        const abi::CombineReduceArgs cr = args_as<abi::CombineReduceArgs>(t);
+        for (int64_t tok = cr.r0; tok < cr.r1; ++tok) {
           for (int64_t h = 0; h < H; ++h) {
             double acc = 0;
             for (int64_t k = 0; k < K; ++k)
-              acc += (t.args[2] ? buf(w)[flat(w, tok, k)] : 1.0) * buf(back)[flat(back, tok, k, h)];
+              acc += (cr.has_weights ? buf(w)[flat(w, tok, k)] : 1.0) *
+                     buf(back)[flat(back, tok, k, h)];
             buf(out)[flat(out, tok, h)] = acc;
           }
         }

@@ -3,8 +3,6 @@
 // MKC_DUMP_PASSES=json the whole plan as JSON, to stderr.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include "compiler/lower.h"
 #include "compiler/plan.h"
 #include "compiler/schedule.h"
@@ -17,12 +15,5 @@ struct PassOptions {
 };
 
 Plan build_plan(const compiler::CheckedSchedule& schedule, const PassOptions& options);
-
-// The plan as JSON (`mkc compile --emit=plan`): buffers, roles, decisions, tasks with their waits
-// and signals, and per-rank CTA lists.
-nlohmann::json to_json(const Plan& plan);
-
-// One line: "N tasks, E events, W waits; roles compute=..., comm=...".
-std::string summary(const Plan& plan);
 
 }  // namespace mkc::plan

@@ -10,11 +10,16 @@
 // launches and a late write from launch e - 1 cannot be mistaken for launch e.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "compiler/program.h"
+#include "templates/mkc/abi.h"
 
 namespace mkc::plan {
 
@@ -37,12 +42,17 @@ struct Buffer {
   int64_t elements() const;
 };
 
-// A box [lo, hi) over every dimension of a buffer on one rank.
+// A box [lo, hi) over every dimension of a buffer on one rank. `scatter` marks a write whose
+// elements are data-dependent (MoE dispatch rows placed by the routing table): the box bounds
+// where it may write, and the tasks of one operation scatter into disjoint elements by
+// construction, so the verifier orders them against other operations only.
 struct Box {
   int rank = 0;
   int buffer = -1;
   std::vector<int64_t> lo, hi;
+  bool scatter = false;
   bool overlaps(const Box& o) const;
+  int64_t elements() const;
 };
 
 // A counter on one rank.
@@ -62,8 +72,9 @@ struct Signal {
   HandOff handoff = HandOff::kLocal;
 };
 
-// X(Enumerator, "name", is_comm): what a task does. The meaning of `args` per kind is documented
-// in lower.cc next to the code that builds it; interpret.cc and the device templates implement it.
+// X(Enumerator, "name", is_comm): what a task does. Each kind's `args` are the struct of the same
+// name in templates/mkc/abi.h (the one definition the lowering, the interpreter, the code
+// generator and the device code share); the lowering documents what the task computes.
 #define MKC_TASK_KINDS(X)                         \
   X(kLaunchFence, "launch_fence", true)           \
   X(kLaunchEnd, "launch_end", true)               \
@@ -117,6 +128,21 @@ struct Task {
   int64_t group = -1;
 };
 
+// A task's arguments as its kind's struct (templates/mkc/abi.h), and back.
+template <typename A>
+void set_args(Task& t, const A& a) {
+  static_assert(std::is_trivially_copyable_v<A> && sizeof(A) % 8 == 0, "64-bit fields only");
+  t.args.resize(sizeof(A) / 8);
+  std::memcpy(t.args.data(), &a, sizeof(A));
+}
+template <typename A>
+A args_as(const Task& t) {
+  static_assert(std::is_trivially_copyable_v<A> && sizeof(A) % 8 == 0, "64-bit fields only");
+  A a{};
+  std::memcpy(&a, t.args.data(), std::min(sizeof(A), t.args.size() * 8));
+  return a;
+}
+
 struct Role {
   std::string name;
   int first_cta = 0;
@@ -146,5 +172,12 @@ struct Plan {
     return static_cast<int>(events.size()) - 1;
   }
 };
+
+// One line: tasks, events, waits, buffers, roles (MKC_DUMP_PASSES, the compile summary).
+std::string summary(const Plan& plan);
+
+// The plan as JSON (`mkc compile --emit=plan`): buffers, roles, decisions, tasks with their read
+// and write boxes, waits and signals, and the CTA each runs on.
+nlohmann::json to_json(const Plan& plan);
 
 }  // namespace mkc::plan

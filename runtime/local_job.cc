@@ -8,30 +8,13 @@
 #include "runtime/tensor_map.h"
 #include "support/error.h"
 #include "support/parallel.h"
+#include "templates/mkc/abi.h"
 
 namespace mkc::rt {
 namespace {
 
-// The host mirror of mkc::KernelArgs and mkc::ErrorRecord (templates/mkc/device.cuh).
-struct KernelArgs {
-  void* const* buffers;
-  unsigned long long* const* events;
-  int rank;
-  unsigned long long epoch;
-  unsigned long long timeout_ns;
-  void* error;
-  unsigned long long* trace;
-  const void* tensor_maps;
-};
-
-struct ErrorRecord {
-  unsigned int flag;
-  int rank;
-  int task;
-  int event;
-  unsigned long long expected;
-  unsigned long long seen;
-};
+using abi::ErrorRecord;
+using abi::KernelArgs;
 
 // Makes a context current for a scope.
 class CtxScope {
@@ -622,14 +605,15 @@ void LocalJob::enqueue(int r, CUstream stream) {
   const Driver& d = Driver::get();
   Rank& rk = *ranks_[r];
   CtxScope scope(d, rk.ctx);
-  KernelArgs args{reinterpret_cast<void* const*>(rk.buffer_table),
-                  reinterpret_cast<unsigned long long* const*>(rk.event_table),
-                  r,
-                  epoch_,
-                  opts_.timeout_ns,
-                  reinterpret_cast<void*>(rk.error_dev),
-                  reinterpret_cast<unsigned long long*>(rk.trace),
-                  reinterpret_cast<const void*>(rk.tensor_maps)};
+  KernelArgs args{};
+  args.buffers = reinterpret_cast<void* const*>(rk.buffer_table);
+  args.events = reinterpret_cast<abi::u64* const*>(rk.event_table);
+  args.rank = r;
+  args.epoch = epoch_;
+  args.timeout_ns = opts_.timeout_ns;
+  args.error = reinterpret_cast<ErrorRecord*>(rk.error_dev);
+  args.trace = reinterpret_cast<abi::u64*>(rk.trace);
+  args.tensor_maps = reinterpret_cast<const abi::TensorMap*>(rk.tensor_maps);
   if (rk.trace) MKC_CU(d, cuMemsetD8Async, rk.trace, 0, plan_.tasks.size() * 16, stream);
   void* params[] = {&args};
   MKC_CU(d, cuLaunchKernel, rk.fn, static_cast<unsigned>(ctas_), 1, 1,
@@ -675,6 +659,15 @@ void LocalJob::raise_errors(const std::vector<int>& which) {
     }
     if (e.event >= 0 && e.event < static_cast<int>(plan_.events.size()))
       event = plan_.events[e.event].name;
+    if (e.flag == abi::kPipelineTimeout) {
+      throw LaunchError(fmt::format(
+          "launch {} failed on rank {}: task {} (from {}) waited {:.1f} s inside the task for its "
+          "shared-memory pipeline (mbarrier of stage {}, phase {}): a TMA copy or a warpgroup of "
+          "the tile never arrived; this is a bug in mkc's device code or a fault of the GPU, "
+          "please report it with the schedule",
+          epoch_, e.rank, task, where.empty() ? std::string("?") : where, opts_.timeout_ns / 1e9,
+          e.event, e.expected));
+    }
     throw LaunchError(fmt::format(
         "launch {} timed out on rank {}: task {} (from {}) waited {:.1f} s for event {} to reach "
         "{}, seen {}; "

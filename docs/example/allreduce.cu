@@ -40,20 +40,20 @@ __device__ __forceinline__ void run_task(int cls, const mkc::KernelArgs& a, cons
 }
 
 // The plan: 12 tasks, 10 events.
-__device__ const int kTasks[] = {
-    -1, 0, 0, 0, 0, 0, 0, 0, 1,  // 0: launch_fence on rank 0
-    -1, 0, 0, 0, 0, 0, 0, 1, 1,  // 1: launch_fence on rank 1
-    0, 0, 2, 0, 6, 0, 1, 2, 2,  // 2: ar.chunk(0).to(0) on rank 1
-    0, 2, 2, 6, 6, 1, 1, 4, 2,  // 3: ar.chunk(0).to(1) on rank 0
-    1, 4, 3, 12, 9, 2, 2, 6, 0,  // 4: ar.chunk(0).reduce on rank 0
-    1, 7, 3, 21, 9, 4, 2, 6, 0,  // 5: ar.chunk(0).reduce on rank 1
-    0, 10, 2, 30, 6, 6, 1, 6, 2,  // 6: ar.chunk(1).to(0) on rank 1
-    0, 12, 2, 36, 6, 7, 1, 8, 2,  // 7: ar.chunk(1).to(1) on rank 0
-    1, 14, 3, 42, 9, 8, 2, 10, 0,  // 8: ar.chunk(1).reduce on rank 0
-    1, 17, 3, 51, 9, 10, 2, 10, 0,  // 9: ar.chunk(1).reduce on rank 1
-    -1, 20, 0, 60, 0, 12, 0, 10, 0,  // 10: launch_end on rank 0
-    -1, 20, 0, 60, 0, 12, 0, 10, 0,  // 11: launch_end on rank 1
-    0};
+__device__ const mkc::TaskRecord kTasks[] = {
+    {-1, 0, 0, 0, 0, 0, 0, 0, 1},  // 0: launch_fence on rank 0
+    {-1, 0, 0, 0, 0, 0, 0, 1, 1},  // 1: launch_fence on rank 1
+    {0, 0, 2, 0, 6, 0, 1, 2, 2},  // 2: ar.chunk(0).to(0) on rank 1
+    {0, 2, 2, 6, 6, 1, 1, 4, 2},  // 3: ar.chunk(0).to(1) on rank 0
+    {1, 4, 3, 12, 9, 2, 2, 6, 0},  // 4: ar.chunk(0).reduce on rank 0
+    {1, 7, 3, 21, 9, 4, 2, 6, 0},  // 5: ar.chunk(0).reduce on rank 1
+    {0, 10, 2, 30, 6, 6, 1, 6, 2},  // 6: ar.chunk(1).to(0) on rank 1
+    {0, 12, 2, 36, 6, 7, 1, 8, 2},  // 7: ar.chunk(1).to(1) on rank 0
+    {1, 14, 3, 42, 9, 8, 2, 10, 0},  // 8: ar.chunk(1).reduce on rank 0
+    {1, 17, 3, 51, 9, 10, 2, 10, 0},  // 9: ar.chunk(1).reduce on rank 1
+    {-1, 20, 0, 60, 0, 12, 0, 10, 0},  // 10: launch_end on rank 0
+    {-1, 20, 0, 60, 0, 12, 0, 10, 0},  // 11: launch_end on rank 1
+    {}};
 __device__ const mkc::View kViews[] = {
     {1, 0, 0, 1, {131072, 1, 1, 1, 1, 1}},
     {0, 1, 131072, 1, {131072, 1, 1, 1, 1, 1}},
@@ -133,11 +133,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) mkc_allreduce(mkc::KernelAr
   const int last = kCtaStart[a.rank * (kCtas + 1) + blockIdx.x + 1];
   for (int i = first; i < last; ++i) {
     const int t = kCtaList[i];
-    const int* rec = kTasks + t * 9;
-    if (!mkc::wait_all(a, kWaits + rec[5], rec[6], t)) return;
+    const mkc::TaskRecord& rec = kTasks[t];
+    mkc::begin_task(a, t);
+    if (!mkc::wait_all(a, kWaits + rec.wait0, rec.nwaits)) return;
     if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t] = mkc::globaltimer();
-    run_task(rec[0], a, kViews + rec[1], kArgs + rec[3], rec[4], nullptr, nullptr);
-    mkc::signal_all(a, kSignals + rec[7], rec[8]);
+    run_task(rec.cls, a, kViews + rec.view0, kArgs + rec.arg0, rec.nargs, nullptr, nullptr);
+    if (!mkc::finish_task(a, kSignals + rec.sig0, rec.nsigs)) return;
     if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t + 1] = mkc::globaltimer();
   }
 }

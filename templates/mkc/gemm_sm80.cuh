@@ -9,7 +9,7 @@
 // kSmemBytes of dynamic shared memory.
 #pragma once
 
-#include "mkc/tasks.cuh"
+#include "mkc/gemm_simt.cuh"
 
 namespace mkc {
 namespace sm80 {
@@ -94,8 +94,9 @@ __device__ bool gemm_tile_mma(const KernelArgs& a, const View* v, const long lon
   const TAB* A = view_ptr<TAB>(a, v[0], nb);
   const TAB* B = view_ptr<TAB>(a, v[1], nb);
   TC* C = view_ptr<TC>(a, v[2], nb);
-  const TBias* bias = args[6] ? view_ptr<TBias>(a, v[3], nb) : nullptr;
-  const long long m0 = args[0], m1 = args[1], n0 = args[2], n1 = args[3];
+  const abi::GemmTileArgs& g = args_as<abi::GemmTileArgs>(args);
+  const TBias* bias = g.has_bias ? view_ptr<TBias>(a, v[3], nb) : nullptr;
+  const long long m0 = g.m0, m1 = g.m1, n0 = g.n0, n1 = g.n1;
   const long long M = v[0].shape[0], K = v[0].shape[1], N = v[1].shape[1], ldc = v[2].shape[1];
   if (K % 8 != 0 || N % 8 != 0 || (reinterpret_cast<unsigned long long>(A) & 15) != 0 ||
       (reinterpret_cast<unsigned long long>(B) & 15) != 0)

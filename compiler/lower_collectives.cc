@@ -1,0 +1,206 @@
+// Lowering of communication: the collective algorithm selector (visible in Plan::decisions),
+// allreduce and reducescatter (one-shot and two-shot, through symmetric receive slots),
+// allgather, put and shift (sends), signal. Every data movement is a send task (abi.h "ranges").
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "compiler/lowerer.h"
+
+namespace mkc::plan {
+namespace {
+
+using compiler::CheckedSchedule;
+using compiler::OpInstance;
+using compiler::OpKind;
+using compiler::TensorUse;
+
+// The rank a peer expression names, for rank `r` (modulo the world size).
+int64_t eval_peer(const dsl::Expr& e, int64_t r, const CheckedSchedule& s) {
+  const int64_t v = compiler::evaluate(e, r, s);
+  return ((v % s.ranks) + s.ranks) % s.ranks;
+}
+
+}  // namespace
+
+// send: views {src, dst}; args {range}: copies the box [lo, hi) of src (view coordinates) to the
+// same box of dst on another rank (or this one). The same task kind carries every put.
+Task Lowerer::send(int i, int64_t r, const View& src, const View& dst,
+                   const std::vector<int64_t>& lo, const std::vector<int64_t>& hi,
+                   const std::string& label) const {
+  // Local or remote, a box copy is a send (the copy kind moves whole leading rows only).
+  Task t = task(i, r, TaskKind::kSend, label);
+  t.views = {src, dst};
+  push_range(&t.args, lo, hi);
+  t.reads = {box(src, lo, hi)};
+  t.writes = {box(dst, lo, hi)};
+  return t;
+}
+
+std::string Lowerer::choose(const OpInstance& op, int64_t bytes) {
+  std::string choice = op.algo, reason = "requested with algo(...)";
+  if (R() == 1) {
+    choice = "local";
+    reason = "one rank";
+  } else if (op.algo == "auto") {
+    choice = bytes <= opts_.one_shot_max_bytes ? "one_shot" : "two_shot";
+    reason = fmt::format("{} bytes per rank {} {} (one-shot threshold)", bytes,
+                         bytes <= opts_.one_shot_max_bytes ? "<=" : ">", opts_.one_shot_max_bytes);
+  } else if (op.algo == "ring") {
+    choice = "two_shot";
+    reason = "algo(ring) requested; ring is not implemented yet, two-shot moves the same bytes";
+  }
+  plan_.decisions.push_back(Decision{name_of(op), choice, reason});
+  return choice;
+}
+
+// allreduce and reducescatter. reduce_slots: views {own, slots, out}; args {abi::ReduceSlotsHead,
+// x range, slot range}: out[box] = op(own[x box], slots[s][slot box] for every
+// s != self), where out's box is the x box (all-reduce) or the slot box (reduce-scatter).
+void Lowerer::lower_reduction(int i) {
+  const size_t first_task = plan_.tasks.size();
+  const OpInstance& op = s_.ops[i];
+  const bool all = op.kind == OpKind::kAllReduce;
+  const TensorUse& x = op.inputs[0];
+  const TensorUse& y = op.outputs.empty() ? x : op.outputs[0];
+  const compiler::Tensor& xt = s_.tensors[x.tensor];
+  const int eb = compiler::dtype_bytes(xt.dtype);
+  // The part each chunk grid covers: X for allreduce, Y (the shard) for reducescatter.
+  const std::vector<int64_t>& part = all ? x.shape : y.shape;
+  const std::string algo = choose(op, product(x.shape) * eb);
+  const auto chunks = grid(part, chunk_sizes(op, part, eb));
+  if (algo == "local") {
+    // One rank: an out-of-place all-reduce or a reduce-scatter is a copy; in place, nothing.
+    if (&y == &x) return;
+    for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
+      plan_.tasks.push_back(send(i, 0, view(x, 0), view(y, 0), chunks[c].first, chunks[c].second,
+                                 fmt::format("{}.chunk({})", name_of(op), c)));
+    }
+    return;
+  }
+  std::vector<int64_t> slot_shape = {R()};
+  slot_shape.insert(slot_shape.end(), part.begin(), part.end());
+  const int slots = add_buffer(name_of(op) + ".slots", xt.dtype, slot_shape, true);
+  const int64_t shard = all ? 0 : part[0];
+  // Per chunk, in phases: every send, then every reduction, then the broadcasts. The order
+  // matters: it is program order for the credit rule, so an in-place reduction (which
+  // overwrites X) comes after every send that reads X.
+  for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
+    const auto& [lo, hi] = chunks[c];
+    // Owners of the chunk: every rank (one-shot all-reduce), c mod R (two-shot), or for
+    // reduce-scatter every rank for its own shard.
+    std::vector<int64_t> owners;
+    for (int64_t o = 0; o < R(); ++o) {
+      if (!all || algo == "one_shot" || c % R() == o) owners.push_back(o);
+    }
+    // The source box of this chunk inside X: for reduce-scatter, shifted to the owner's shard.
+    const auto x_range = [&](int64_t o) {
+      std::vector<int64_t> xlo = lo, xhi = hi;
+      if (!all) {
+        xlo[0] += o * shard;
+        xhi[0] += o * shard;
+      }
+      return std::make_pair(xlo, xhi);
+    };
+    for (int64_t o : owners) {
+      const auto [xlo, xhi] = x_range(o);
+      for (int64_t s = 0; s < R(); ++s) {
+        if (s == o) continue;
+        Task t = send(i, s, view(x, s), slot(slots, o, s), xlo, xhi,
+                      fmt::format("{}.chunk({}).to({})", name_of(op), c, o));
+        // The destination slot is addressed in the part's coordinates, not X's.
+        t.args.clear();
+        push_range(&t.args, xlo, xhi);
+        push_range(&t.args, lo, hi);
+        t.writes = {box(slot(slots, o, s), lo, hi)};
+        plan_.tasks.push_back(std::move(t));
+      }
+    }
+    for (int64_t o : owners) {
+      const auto [xlo, xhi] = x_range(o);
+      Task red =
+          task(i, o, TaskKind::kReduceSlots, fmt::format("{}.chunk({}).reduce", name_of(op), c));
+      red.views = {view(x, o), whole(slots, o), view(y, o)};
+      set_args(red, abi::ReduceSlotsHead{reduce_code(op.reduce_op), o, all ? 1 : 0});
+      push_range(&red.args, xlo, xhi);
+      push_range(&red.args, lo, hi);
+      red.reads = {box(view(x, o), xlo, xhi)};
+      for (int64_t s = 0; s < R(); ++s) {
+        if (s != o) red.reads.push_back(box(slot(slots, o, s), lo, hi));
+      }
+      red.writes = {box(view(y, o), all ? xlo : lo, all ? xhi : hi)};
+      plan_.tasks.push_back(std::move(red));
+    }
+    if (all && algo == "two_shot") {
+      for (int64_t o : owners) {
+        for (int64_t d = 0; d < R(); ++d) {
+          if (d != o)
+            plan_.tasks.push_back(send(i, o, view(y, o), view(y, d), lo, hi,
+                                       fmt::format("{}.chunk({}).bcast({})", name_of(op), c, d)));
+        }
+      }
+    }
+    // Every rank's part in chunk c (its send, the owner's reduction and broadcast) on one CTA
+    // index: the ranks' CTAs meet on the same chunks.
+    for (size_t t = first_task; t < plan_.tasks.size(); ++t) {
+      if (plan_.tasks[t].group < 0) plan_.tasks[t].group = c;
+    }
+  }
+}
+
+void Lowerer::lower_allgather(int i) {
+  const OpInstance& op = s_.ops[i];
+  const TensorUse& x = op.inputs[0];
+  const int eb = compiler::dtype_bytes(s_.tensors[x.tensor].dtype);
+  choose(op, product(x.shape) * eb * R());
+  const auto chunks = grid(x.shape, chunk_sizes(op, x.shape, eb));
+  const int64_t m = x.shape[0];
+  for (int64_t s = 0; s < R(); ++s) {
+    for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
+      const auto& [lo, hi] = chunks[c];
+      std::vector<int64_t> ylo = lo, yhi = hi;
+      ylo[0] += s * m;
+      yhi[0] += s * m;
+      for (int64_t d = 0; d < R(); ++d) {
+        Task t = send(i, s, view(x, s), view(op.outputs[0], d), lo, hi,
+                      fmt::format("{}.chunk({}).to({})", name_of(op), c, d));
+        t.args.clear();
+        push_range(&t.args, lo, hi);
+        push_range(&t.args, ylo, yhi);
+        t.writes = {box(view(op.outputs[0], d), ylo, yhi)};
+        t.group = c * R() + d;
+        plan_.tasks.push_back(std::move(t));
+      }
+    }
+  }
+}
+
+void Lowerer::lower_put(int i) {
+  const OpInstance& op = s_.ops[i];
+  const TensorUse& x = op.inputs[0];
+  const auto chunks =
+      grid(x.shape, chunk_sizes(op, x.shape, compiler::dtype_bytes(s_.tensors[x.tensor].dtype)));
+  for (int64_t s = 0; s < R(); ++s) {
+    const int64_t d = op.kind == OpKind::kShift ? (((s + op.ints.at("by")) % R()) + R()) % R()
+                                                : eval_peer(op.outputs[0].peer, s, s_);
+    for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
+      plan_.tasks.push_back(send(i, s, view(x, s), view(op.outputs[0], d), chunks[c].first,
+                                 chunks[c].second,
+                                 fmt::format("{}.chunk({}).to({})", name_of(op), c, d)));
+      plan_.tasks.back().group = c;
+    }
+  }
+}
+
+// signal: no views; args {peer}.
+void Lowerer::lower_signal(int i) {
+  const OpInstance& op = s_.ops[i];
+  for (int64_t s = 0; s < R(); ++s) {
+    Task t = task(i, s, TaskKind::kSignalOnly,
+                  fmt::format("{}.to({})", name_of(op), eval_peer(op.decl->inputs[0].peer, s, s_)));
+    set_args(t, abi::SignalArgs{eval_peer(op.decl->inputs[0].peer, s, s_)});
+    plan_.tasks.push_back(std::move(t));
+  }
+}
+
+}  // namespace mkc::plan

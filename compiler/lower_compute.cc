@@ -1,0 +1,252 @@
+// Lowering of compute stages: one task per tile of the output, on compute CTAs.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "compiler/lowerer.h"
+
+namespace mkc::plan {
+
+using compiler::OpInstance;
+using compiler::OpKind;
+using compiler::TensorUse;
+
+// gemm_tile (abi::GemmTileArgs): views {A, B, C[, bias]}; C[m0:m1, n0:n1] = fn(A[m0:m1, :] x
+// B[:, n0:n1] (+ bias)). Without tile(...), the tile is chosen by shape (the decision is in the
+// plan).
+void Lowerer::lower_gemm(int i) {
+  const OpInstance& op = s_.ops[i];
+  const int64_t M = op.outputs[0].shape[0], N = op.outputs[0].shape[1];
+  int64_t bm = 128, bn = 128, bk = 64;
+  if (op.tile.empty()) {
+    // The default: the wide tile (half the operand traffic per flop of 128 x 128) when there
+    // are enough of them to occupy every SM; else the narrow one, for twice the parallelism.
+    // Few rows: 64-row tiles, twice as many CTAs busy (decode-like shapes, skinny GEMMs).
+    const int64_t wide = cdiv(M, 128) * cdiv(N, 256), square = cdiv(M, 128) * cdiv(N, 128);
+    std::string why;
+    if (wide >= opts_.sms) {
+      bn = 256;
+      why = fmt::format("{} tiles of 128 x 256 >= {} SMs", wide, opts_.sms);
+    } else if (square >= opts_.sms) {
+      why =
+          fmt::format("{} tiles of 128 x 256 < {} SMs <= {} of 128 x 128", wide, opts_.sms, square);
+    } else {
+      bm = 64;
+      why = fmt::format("{} tiles of 128 x 128 < {} SMs", square, opts_.sms);
+    }
+    plan_.decisions.push_back(
+        Decision{name_of(op), fmt::format("tile({}, {}, {})", bm, bn, bk), "default: " + why});
+  } else {
+    bm = op.tile[0];
+    bn = op.tile.size() > 1 ? op.tile[1] : bn;
+    bk = op.tile.size() > 2 ? op.tile[2] : bk;
+  }
+  const int64_t mb = cdiv(M, bm), nb = cdiv(N, bn);
+  const auto bias = op.tensor_args.find("bias");
+  for (int64_t r = 0; r < R(); ++r) {
+    const int64_t start =
+        op.has_rows_from ? ((compiler::evaluate(op.rows_from, r, s_) % mb) + mb) % mb : 0;
+    // Tiles in groups of kGroup row blocks, column by column within a group: the CTAs that run
+    // at the same time (consecutive tasks, dealt round-robin) then share A rows and B columns
+    // in L2. A rotated start (rows_from) keeps plain row order: chunks arrive in that order.
+    const int64_t group = op.has_rows_from ? 1 : 8;
+    for (int64_t idx = 0; idx < mb * nb; ++idx) {
+      const int64_t g0 = idx / (group * nb) * group, gsize = std::min(group, mb - g0);
+      const int64_t within = idx - g0 * nb;
+      const int64_t b = (start + g0 + within % gsize) % mb, bj = within / gsize;
+      Task t = task(i, r, TaskKind::kGemmTile, fmt::format("{}.tile({}, {})", name_of(op), b, bj));
+      const View a = view(op.inputs[0], r), bv = view(op.inputs[1], r), c = view(op.outputs[0], r);
+      abi::GemmTileArgs g{};
+      g.m0 = b * bm;
+      g.m1 = std::min<int64_t>(M, g.m0 + bm);
+      g.n0 = bj * bn;
+      g.n1 = std::min<int64_t>(N, g.n0 + bn);
+      g.k_step = bk;
+      g.fn = op.device_fn;
+      g.has_bias = bias != op.tensor_args.end() ? 1 : 0;
+      g.map_a = g.map_b = abi::kNoMap;  // code generation assigns TMA descriptors
+      t.views = {a, bv, c};
+      set_args(t, g);
+      t.reads = {box(a, {g.m0, 0}, {g.m1, a.shape[1]}), box(bv, {0, g.n0}, {bv.shape[0], g.n1})};
+      if (g.has_bias) {
+        const View bb = whole(bias->second, r);
+        t.views.push_back(bb);
+        t.reads.push_back(box(bb, {g.n0}, {g.n1}));
+      }
+      t.writes = {box(c, {g.m0, g.n0}, {g.m1, g.n1})};
+      plan_.tasks.push_back(std::move(t));
+    }
+  }
+}
+
+// grouped_gemm_tile (abi::GroupedGemmTileArgs): views {X, W, Y, counts}. Rows of X are grouped by
+// group in order; counts (summed over its leading dims) says how many rows each group has. Rows
+// past the total are not computed.
+void Lowerer::lower_grouped_gemm(int i) {
+  const OpInstance& op = s_.ops[i];
+  const int64_t rows = op.outputs[0].shape[0], N = op.outputs[0].shape[1];
+  const int64_t bm = op.tile.size() > 0 ? op.tile[0] : 128,
+                bn = op.tile.size() > 1 ? op.tile[1] : 128;
+  const int counts = op.tensor_args.at("counts");
+  for (int64_t r = 0; r < R(); ++r) {
+    for (int64_t b = 0; b < cdiv(rows, bm); ++b) {
+      for (int64_t bj = 0; bj < cdiv(N, bn); ++bj) {
+        Task t = task(i, r, TaskKind::kGroupedGemmTile,
+                      fmt::format("{}.tile({}, {})", name_of(op), b, bj));
+        const View x = view(op.inputs[0], r), w = view(op.inputs[1], r), y = view(op.outputs[0], r),
+                   c = whole(counts, r);
+        abi::GroupedGemmTileArgs g{};
+        g.r0 = b * bm;
+        g.r1 = std::min<int64_t>(rows, g.r0 + bm);
+        g.n0 = bj * bn;
+        g.n1 = std::min<int64_t>(N, g.n0 + bn);
+        g.fn = op.device_fn;
+        t.views = {x, w, y, c};
+        set_args(t, g);
+        t.reads = {box(x, {g.r0, 0}, {g.r1, x.shape[1]}), whole_box(w), whole_box(c)};
+        t.writes = {box(y, {g.r0, g.n0}, {g.r1, g.n1})};
+        plan_.tasks.push_back(std::move(t));
+      }
+    }
+  }
+}
+
+// map_tile (abi::MapTileArgs): views {X1, ..., Xn, Y}; copy (abi::CopyArgs): views {X, Y}. Both
+// work on rows [r0, r1) of the leading dimension.
+void Lowerer::lower_rows(int i) {
+  const OpInstance& op = s_.ops[i];
+  const std::vector<int64_t>& shape = op.outputs[0].shape;
+  const int64_t row = product(shape, 1);
+  const int64_t rows_per =
+      op.tile.empty()
+          ? std::max<int64_t>(1, std::min<int64_t>(shape[0], 16384 / std::max<int64_t>(1, row)))
+          : op.tile[0];
+  const bool is_map = op.kind == OpKind::kMap;
+  for (int64_t r = 0; r < R(); ++r) {
+    for (int64_t r0 = 0; r0 < shape[0]; r0 += rows_per) {
+      const int64_t r1 = std::min(shape[0], r0 + rows_per);
+      Task t = task(i, r, is_map ? TaskKind::kMapTile : TaskKind::kCopy,
+                    fmt::format("{}.tile({})", name_of(op), r0 / rows_per));
+      for (const TensorUse& u : op.inputs) {
+        t.views.push_back(view(u, r));
+        t.reads.push_back(box(t.views.back(), {r0}, {r1}));
+      }
+      t.views.push_back(view(op.outputs[0], r));
+      t.writes.push_back(box(t.views.back(), {r0}, {r1}));
+      if (is_map) {
+        set_args(t, abi::MapTileArgs{r0, r1, op.device_fn});
+      } else {
+        set_args(t, abi::CopyArgs{r0, r1});
+      }
+      plan_.tasks.push_back(std::move(t));
+    }
+  }
+}
+
+// reduce_tile (abi::ReduceTileArgs): views {X, Y}; elements [y0, y1) of Y (flat).
+void Lowerer::lower_reduce(int i) {
+  const OpInstance& op = s_.ops[i];
+  const int64_t total = product(op.outputs[0].shape);
+  const int64_t per = op.tile.empty() ? 4096 : product(op.tile);
+  for (int64_t r = 0; r < R(); ++r) {
+    for (int64_t y0 = 0; y0 < total; y0 += per) {
+      Task t = task(i, r, TaskKind::kReduceTile, fmt::format("{}.tile({})", name_of(op), y0 / per));
+      const View x = view(op.inputs[0], r), y = view(op.outputs[0], r);
+      t.views = {x, y};
+      set_args(t, abi::ReduceTileArgs{y0, std::min(total, y0 + per), op.ints.at("axis"),
+                                      reduce_code(op.reduce_op)});
+      t.reads = {whole_box(x)};
+      t.writes = {whole_box(y)};
+      plan_.tasks.push_back(std::move(t));
+    }
+  }
+}
+
+// attention_tile (abi::AttentionTileArgs): views {Q, K, V, O[, acc, m, l]}, each flattened for the
+// device to [L, S, D] (L the product of the leading dims). With accumulate, acc/m/l (f32,
+// compiler scratch per declaration, [L, Sq, Dv] / [L, Sq] / [L, Sq]) carry the online softmax over
+// the instances of a loop. The boxes stay in the tensors' own dimensions: slice l of the leading
+// dims is one index per dimension (unravelled), so they meet the boxes the K,V shift writes.
+void Lowerer::lower_attention(int i) {
+  const OpInstance& op = s_.ops[i];
+  const TensorUse& q = op.inputs[0];
+  const size_t n = q.shape.size();
+  const std::vector<int64_t> lead_shape(q.shape.begin(), q.shape.end() - 2);
+  const int64_t L = product(lead_shape);
+  const int64_t Sq = q.shape[n - 2], Dv = op.outputs[0].shape[n - 1];
+  // The device tile holds the row statistics of at most 256 queries.
+  const int64_t bq = std::min<int64_t>(op.tile.empty() ? 64 : op.tile[0], 256);
+  const bool acc = op.ints.count("accumulate") && op.ints.at("accumulate");
+  const double scale = op.floats.at("scale");  // the checker sets the default
+  int64_t scale_bits = 0;
+  std::memcpy(&scale_bits, &scale, sizeof(scale));
+  // Instances of one declaration share the state: the first sets it up, the last writes O.
+  const bool first = !acc || op.first_of_decl, last = !acc || op.last_of_decl;
+  int state = -1;
+  if (acc) {
+    auto it = attention_state_.find(op.decl);
+    if (it == attention_state_.end()) {
+      const int a = add_buffer(op.name + ".acc", compiler::DType::kF32, {L, Sq, Dv}, false);
+      add_buffer(op.name + ".max", compiler::DType::kF32, {L, Sq}, false);
+      add_buffer(op.name + ".sum", compiler::DType::kF32, {L, Sq}, false);
+      it = attention_state_.emplace(op.decl, a).first;
+    }
+    state = it->second;
+  }
+  const int64_t causal = op.ints.count("causal") ? op.ints.at("causal") : 0;
+  // The device's [L, S, D] view of a [..., S, D] one.
+  const auto flat = [&](View v) {
+    const size_t m = v.shape.size();
+    v.shape = {L, v.shape[m - 2], v.shape[m - 1]};
+    return v;
+  };
+  // Slice l of the leading dims as one index each.
+  const auto unravel = [&](int64_t l) {
+    std::vector<int64_t> idx(lead_shape.size());
+    for (size_t d = lead_shape.size(); d-- > 0;) {
+      idx[d] = l % lead_shape[d];
+      l /= lead_shape[d];
+    }
+    return idx;
+  };
+  // The box of rows [r0, r1) (all of the last dim) of slice l of view v.
+  const auto rows = [&](const View& v, const std::vector<int64_t>& at, int64_t r0, int64_t r1) {
+    std::vector<int64_t> lo = at, hi = at;
+    for (int64_t& h : hi) ++h;
+    lo.push_back(r0);
+    hi.push_back(r1);
+    return box(v, lo, hi);
+  };
+  for (int64_t r = 0; r < R(); ++r) {
+    const View qv = view(q, r), kv = view(op.inputs[1], r), vv = view(op.inputs[2], r),
+               ov = view(op.outputs[0], r);
+    for (int64_t l = 0; l < L; ++l) {
+      const std::vector<int64_t> at = unravel(l);
+      for (int64_t q0 = 0; q0 < Sq; q0 += bq) {
+        const int64_t q1 = std::min(Sq, q0 + bq);
+        Task t = task(i, r, TaskKind::kAttentionTile,
+                      fmt::format("{}.tile({}, {})", name_of(op), l, q0 / bq));
+        t.views = {flat(qv), flat(kv), flat(vv), flat(ov)};
+        set_args(t, abi::AttentionTileArgs{l, q0, q1, causal, acc ? 1 : 0, first ? 1 : 0,
+                                           last ? 1 : 0, scale_bits});
+        t.reads = {rows(qv, at, q0, q1), rows(kv, at, 0, kv.shape[n - 2]),
+                   rows(vv, at, 0, vv.shape[n - 2])};
+        if (acc) {
+          for (int k = 0; k < 3; ++k) t.views.push_back(whole(state + k, r));
+          t.views[5].shape = {L, Sq, 1};
+          t.views[6].shape = {L, Sq, 1};
+          for (int k = 0; k < 3; ++k) {
+            const Box b = box(whole(state + k, r), {l, q0}, {l + 1, q1});
+            if (!first) t.reads.push_back(b);
+            t.writes.push_back(b);
+          }
+        }
+        if (last) t.writes.push_back(rows(ov, at, q0, q1));
+        plan_.tasks.push_back(std::move(t));
+      }
+    }
+  }
+}
+
+}  // namespace mkc::plan

@@ -1,0 +1,249 @@
+// The host/device ABI of a generated kernel, defined once: the kernel's argument block, the error
+// record, the task tables (views, waits, signals, task records) and every task kind's integer
+// arguments. Host code (compiler/lower.cc builds the arguments, compiler/interpret.cc and
+// compiler/codegen.cc read them, runtime/ fills the argument block and reads the error record)
+// and device code (templates/mkc/*.cuh, compiled by NVRTC) include this one header, so a field
+// added, moved or retyped here changes both sides at once; the static_asserts at the end pin the
+// layout the generated tables and the runtime rely on.
+//
+// Plain C++ only: no standard headers (NVRTC compiles it without the host library), no pointers
+// whose width differs between host and device, 64-bit integers for everything a task reads.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define MKC_ABI_FN __host__ __device__ __forceinline__
+#else
+#define MKC_ABI_FN inline
+#endif
+
+namespace mkc {
+namespace abi {
+
+typedef unsigned long long u64;
+typedef long long i64;
+
+// The most dimensions a view or a box has (buffers have at most this many).
+constexpr int kMaxDims = 6;
+
+// A contiguous sub-tensor of a buffer on some rank: the buffer at a flat element offset, viewed
+// with `shape` (the first `ndim` entries; the rest are 1).
+struct View {
+  int rank;
+  int buffer;
+  i64 offset;
+  int ndim;
+  i64 shape[kMaxDims];
+};
+
+// A task waits until the counter `event` (on its own rank) reaches (epoch - lag) * count.
+struct Wait {
+  int event;
+  int count;
+  int lag;
+};
+
+// scope: 0 = this GPU (release at .gpu), 1 = system (a peer GPU or the host).
+struct Signal {
+  int event;
+  int rank;
+  int scope;
+};
+
+// What gave up, in ErrorRecord::kind.
+enum ErrorKind : unsigned {
+  kNoError = 0,
+  kWaitTimeout = 1,      // an event wait passed its deadline: a peer did not launch or failed
+  kPipelineTimeout = 2,  // a shared-memory pipeline wait (mbarrier) inside a task passed it
+};
+
+// Written once per launch, by the first CTA that gives up (host-mapped memory); the host turns it
+// into an exception naming the task, the event and the .mks line.
+struct ErrorRecord {
+  unsigned flag;  // an ErrorKind; 0: no error
+  int rank;
+  int task;
+  int event;  // the event waited for, or for kPipelineTimeout the mbarrier's stage
+  u64 expected;
+  u64 seen;
+};
+
+// A host-built CUtensorMap (runtime/tensor_map.h): 128 opaque bytes, 64-byte aligned.
+struct alignas(64) TensorMap {
+  u64 raw[16];
+};
+
+// The kernel's one parameter.
+struct KernelArgs {
+  void* const* buffers;          // [ranks * buffers]: this process's address of each rank's buffer
+  u64* const* events;            // [ranks]: each rank's counter array, mapped here
+  int rank;                      // the rank this launch runs
+  u64 epoch;                     // launch number, from 1
+  u64 timeout_ns;                // a task's deadline: its waits and pipeline waits, together
+  ErrorRecord* error;            // host-mapped
+  u64* trace;                    // optional: [tasks * 2] start/end %globaltimer, or null
+  const TensorMap* tensor_maps;  // the plan's TMA descriptors (device memory), or null
+};
+
+// One task of the generated table kTasks: its class (the task_class_<n> it runs, -1: no body)
+// and where its views, arguments, waits and signals start in the other tables.
+struct TaskRecord {
+  int cls;
+  int view0, nviews;
+  int arg0, nargs;
+  int wait0, nwaits;
+  int sig0, nsigs;
+};
+
+// ---- task arguments, one struct per task kind (compiler/plan.h, MKC_TASK_KINDS) -------------
+// Every field is a 64-bit integer, so a task's arguments are a flat array of them (Task::args on
+// the host, kArgs + arg0 on the device). Kinds whose arguments have a variable length (boxes of
+// any rank) start with a fixed part and continue with encoded ranges (see Range below).
+
+// No device function (an epilogue or map function index).
+constexpr i64 kNoFn = -1;
+// No tensor map (codegen fills map indices only for tiles it gives the TMA path).
+constexpr i64 kNoMap = -1;
+
+// gemm_tile: views {A, B, C[, bias]}. C[m0:m1, n0:n1] = fn(A[m0:m1, :] x B[:, n0:n1] (+ bias)).
+struct GemmTileArgs {
+  i64 m0, m1, n0, n1;
+  i64 k_step;    // the K step of the tile (tile(.., .., k))
+  i64 fn;        // epilogue device function, or kNoFn
+  i64 has_bias;  // 1: views[3] is the bias [N]
+  i64 map_a;     // TMA descriptors of A and B (indices into KernelArgs::tensor_maps), or kNoMap
+  i64 map_b;
+};
+
+// grouped_gemm_tile: views {X, W, Y, counts}. Rows of X are grouped by group in order; counts
+// (summed over its leading dims) says how many rows each group has. Y[r0:r1, n0:n1] for the rows
+// below the total.
+struct GroupedGemmTileArgs {
+  i64 r0, r1, n0, n1;
+  i64 fn;
+};
+
+// map_tile: views {X1, ..., Xn, Y}: Y = fn(X1, ..., Xn) on rows [r0, r1) of the leading dim.
+struct MapTileArgs {
+  i64 r0, r1;
+  i64 fn;
+};
+
+// copy: views {X, Y}: Y = X on rows [r0, r1) of the leading dim.
+struct CopyArgs {
+  i64 r0, r1;
+};
+
+// reduce ops, as ReduceTileArgs::op and ReduceSlotsArgs::op.
+enum ReduceOp : i64 { kSum = 0, kMax = 1, kMin = 2 };
+
+// reduce_tile: views {X, Y}: elements [y0, y1) of Y (flat) = op over `axis` of X.
+struct ReduceTileArgs {
+  i64 y0, y1;
+  i64 axis;
+  i64 op;
+};
+
+// attention_tile: views {Q, K, V, O[, acc, max, sum]}, Q, K, V, O as [L, S, D] (leading dims
+// flattened to L). Queries [q0, q1) of slice l against every key; with accumulate, the online
+// softmax state (f32 compiler scratch) carries over the instances of one declaration: `first`
+// sets it up, `last` writes O.
+struct AttentionTileArgs {
+  i64 l;
+  i64 q0, q1;
+  i64 causal;
+  i64 accumulate;
+  i64 first;
+  i64 last;
+  i64 scale_bits;  // the softmax scale, a double's bits
+};
+
+// signal: no views.
+struct SignalArgs {
+  i64 peer;
+};
+
+// a2a_counts on rank s: views {route_s, xcounts_d for every rank d}: counts s's rows per expert
+// and writes that row into every rank's xcounts[s].
+struct A2aCountsArgs {
+  i64 experts;
+  i64 k;  // experts per token (route's second dim)
+};
+
+// a2a_send on rank s: views {X_s, route_s, xcounts_s, Y_d..., origin_d...}: rows [r0, r1) of X go
+// to their experts' ranks, at the place the expert-major, then source-rank, then source-row order
+// gives them.
+struct A2aSendArgs {
+  i64 r0, r1;
+  i64 experts;
+  i64 k;
+};
+
+// a2a_finish on rank d: views {xcounts_d, counts_d}: counts[s, e] = xcounts[s, d * E / R + e].
+// combine_send on rank d: views {Y_d, origin_d, xcounts_d, back_s...}: every received row goes
+// back to back_s[t, k] of its origin.
+struct ExpertsArgs {
+  i64 experts;
+};
+
+// combine_reduce on rank s: views {back_s, W_s (or back_s), Out_s}: Out[t] = sum_k W[t, k] *
+// back[t, k] for rows [r0, r1).
+struct CombineReduceArgs {
+  i64 r0, r1;
+  i64 has_weights;
+};
+
+// ---- ranges: boxes of any rank inside the argument array --------------------------------------
+// A range is encoded as {n, lo[n], hi[n]}: the box [lo, hi) over n dimensions.
+//
+// send: views {src, dst}; args {range[, dst range]}: copies the box of src (view coordinates) to
+// the box of the same extents at dst range's lo (default: the same lo) of dst, on any rank.
+// reduce_slots: views {own, slots [R, ...], out}; args {ReduceSlotsHead, x range, slot range}:
+// out[box] = op(own[x box], slots[s][slot box] for every s != self); out's box is the x box when
+// out_in_x_coords (all-reduce), else the slot box (reduce-scatter).
+struct ReduceSlotsHead {
+  i64 op;
+  i64 self;
+  i64 out_in_x_coords;
+};
+
+// A range read back from the argument array.
+struct Range {
+  int n;
+  const i64* lo;
+  const i64* hi;
+};
+
+// The range at args[*pos]; advances *pos past it.
+MKC_ABI_FN Range read_range(const i64* args, int* pos) {
+  Range r;
+  r.n = static_cast<int>(args[*pos]);
+  r.lo = args + *pos + 1;
+  r.hi = args + *pos + 1 + r.n;
+  *pos += 1 + 2 * r.n;
+  return r;
+}
+
+// Arguments of every fixed-layout kind are whole 64-bit words: the tables are arrays of them.
+static_assert(sizeof(GemmTileArgs) == 9 * 8, "gemm_tile has 9 arguments");
+static_assert(sizeof(GroupedGemmTileArgs) == 5 * 8, "grouped_gemm_tile has 5 arguments");
+static_assert(sizeof(MapTileArgs) == 3 * 8, "map_tile has 3 arguments");
+static_assert(sizeof(CopyArgs) == 2 * 8, "copy has 2 arguments");
+static_assert(sizeof(ReduceTileArgs) == 4 * 8, "reduce_tile has 4 arguments");
+static_assert(sizeof(AttentionTileArgs) == 8 * 8, "attention_tile has 8 arguments");
+static_assert(sizeof(SignalArgs) == 8, "signal has 1 argument");
+static_assert(sizeof(A2aCountsArgs) == 2 * 8, "a2a_counts has 2 arguments");
+static_assert(sizeof(A2aSendArgs) == 4 * 8, "a2a_send has 4 arguments");
+static_assert(sizeof(ExpertsArgs) == 8, "a2a_finish and combine_send have 1 argument");
+static_assert(sizeof(CombineReduceArgs) == 3 * 8, "combine_reduce has 3 arguments");
+static_assert(sizeof(ReduceSlotsHead) == 3 * 8, "reduce_slots starts with 3 arguments");
+// The generated tables are brace-initialised in this field order.
+static_assert(sizeof(View) == 8 + 8 + 8 + 8 * kMaxDims, "View: rank, buffer, offset, ndim, shape");
+static_assert(sizeof(Wait) == 12 && sizeof(Signal) == 12, "Wait and Signal are three ints");
+static_assert(sizeof(TaskRecord) == 9 * 4, "a task record is nine ints");
+static_assert(sizeof(ErrorRecord) == 4 * 4 + 2 * 8, "the error record the host reads");
+static_assert(sizeof(TensorMap) == 128, "a CUtensorMap is 128 bytes");
+static_assert(sizeof(void*) == 8, "the kernel argument block assumes 64-bit pointers");
+static_assert(sizeof(KernelArgs) == 8 * 8, "the kernel argument block is eight 8-byte words");
+
+}  // namespace abi
+}  // namespace mkc

@@ -1,0 +1,89 @@
+// Data movement tasks: copy (whole leading rows) and send (a box of any rank, to this rank's or a
+// peer's memory; every put, shift and collective phase that moves data is a send).
+//
+// Boxes move in 16-byte vectors where every run starts 16-byte aligned in every view and is a
+// whole number of vectors, several loads in flight per thread; otherwise element by element.
+// Plain (coherent) loads: the data may have come from a peer or another CTA.
+// Compiled by NVRTC only.
+#pragma once
+
+#include "mkc/views.cuh"
+
+namespace mkc {
+
+// n contiguous elements, src to dst, by the whole CTA: 16-byte vectors (four loads in flight per
+// thread) where both pointers are 16-byte aligned, the tail and anything unaligned one by one.
+template <typename T>
+__device__ __forceinline__ void cta_copy(T* dst, const T* src, long long n) {
+  constexpr long long V = 16 / sizeof(T);
+  long long done = 0;
+  if (((reinterpret_cast<uptr>(dst) | reinterpret_cast<uptr>(src)) & 15) == 0) {
+    const long long nv = n / V;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    const long long step = blockDim.x;
+    long long i = threadIdx.x;
+    for (; i + 3 * step < nv; i += 4 * step) {
+      const uint4 x0 = s[i], x1 = s[i + step], x2 = s[i + 2 * step], x3 = s[i + 3 * step];
+      d[i] = x0;
+      d[i + step] = x1;
+      d[i + 2 * step] = x2;
+      d[i + 3 * step] = x3;
+    }
+    for (; i < nv; i += step) d[i] = s[i];
+    done = nv * V;
+  }
+  for (long long e = done + threadIdx.x; e < n; e += blockDim.x) dst[e] = src[e];
+}
+
+// copy: rows [r0, r1) of the leading dimension, Y = X. Views {X, Y}.
+template <typename T>
+__device__ void copy_rows(const KernelArgs& a, const View* v, const long long* args, int nb) {
+  const abi::CopyArgs& c = args_as<abi::CopyArgs>(args);
+  const T* X = view_ptr<T>(a, v[0], nb);
+  T* Y = view_ptr<T>(a, v[1], nb);
+  const long long row = elems_from(v[1], 1);
+  cta_copy(Y + c.r0 * row, X + c.r0 * row, (c.r1 - c.r0) * row);
+}
+
+// send: the box [lo, hi) of src to the box of the same extents at lo2 (default lo) of dst, which
+// may be a peer's memory. Args {range[, dst range]} (abi.h); views {src, dst}.
+template <typename T>
+__device__ void send_box(const KernelArgs& a, const View* v, const long long* args, int nb,
+                         int nargs) {
+  const T* src = view_ptr<T>(a, v[0], nb);
+  T* dst = view_ptr<T>(a, v[1], nb);
+  int pos = 0;
+  const abi::Range box = abi::read_range(args, &pos);
+  const int n = box.n;
+  const long long* lo = box.lo;
+  const long long* lo2 = pos < nargs ? abi::read_range(args, &pos).lo : lo;
+  long long ext[abi::kMaxDims];
+  long long total = 1;
+  for (int d = 0; d < n; ++d) {
+    ext[d] = box.hi[d] - lo[d];
+    total *= ext[d];
+  }
+  const View* views[2] = {&v[0], &v[1]};
+  const long long run = box_run(views, 2, ext, n);
+  if (run == total) {  // one run: a flat copy
+    cta_copy(dst + box_offset(v[1], lo2, ext, n, 0), src + box_offset(v[0], lo, ext, n, 0), total);
+    return;
+  }
+  constexpr long long V = 16 / sizeof(T);
+  if (runs_aligned(src, v[0], lo, ext, n, run) && runs_aligned(dst, v[1], lo2, ext, n, run)) {
+    const long long per_run = run / V, nv = total / V;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    for (long long j = threadIdx.x; j < nv; j += blockDim.x) {
+      d[run_vec_offset(v[1], lo2, ext, n, run, per_run, j, V) / V] =
+          s[run_vec_offset(v[0], lo, ext, n, run, per_run, j, V) / V];
+    }
+    return;
+  }
+  for (long long i = threadIdx.x; i < total; i += blockDim.x) {
+    dst[box_offset(v[1], lo2, ext, n, i)] = src[box_offset(v[0], lo, ext, n, i)];
+  }
+}
+
+}  // namespace mkc

@@ -1,0 +1,163 @@
+// mkc device synchronisation: event waits and signals, the task's deadline, and the error record.
+//
+// Events are 64-bit counters that only grow. A signal is a release add at the reader's scope (the
+// GPU for a counter on this GPU, the system for a peer's or host-mapped counter); a wait is an
+// acquire load by one thread, spinning until the counter reaches its target, followed by a CTA
+// barrier so the whole CTA sees what the producer wrote, and a proxy fence so the TMA copies the
+// task issues next see it too (TMA reads through the async proxy; the producer wrote through the
+// generic one).
+//
+// No hang, ever: every task has one deadline (its start + KernelArgs::timeout_ns) that bounds its
+// event waits and the pipeline (mbarrier) waits inside its tile code together. On expiry a thread
+// records who waited for what in the host-mapped error record, marks the task failed, and the CTA
+// leaves the kernel after the task instead of signalling. Other CTAs notice the record while they
+// spin and leave too.
+// Compiled by NVRTC only (no host code, no host headers).
+#pragma once
+
+#include <cuda/atomic>
+
+#include "mkc/abi.h"
+
+namespace mkc {
+
+using abi::ErrorRecord;
+using abi::KernelArgs;
+using abi::Signal;
+using abi::TaskRecord;
+using abi::TensorMap;
+using abi::View;
+using abi::Wait;
+typedef unsigned long long u64;
+
+__device__ __forceinline__ u64 globaltimer() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// The running task of this CTA: its table index, its deadline, and whether a thread gave up.
+struct TaskState {
+  u64 deadline;
+  int task;
+  int failed;
+};
+
+__device__ __forceinline__ TaskState& task_state() {
+  __shared__ TaskState state;
+  return state;
+}
+
+// Records the first failure of the launch (later ones keep the first record) and marks the
+// running task failed. Any thread may call it.
+__device__ __forceinline__ void report_failure(const KernelArgs& a, unsigned kind, int event,
+                                               u64 expected, u64 seen) {
+  TaskState& st = task_state();
+  if (atomicCAS(&a.error->flag, 0u, kind) == 0u) {
+    a.error->rank = a.rank;
+    a.error->task = st.task;
+    a.error->event = event;
+    a.error->expected = expected;
+    a.error->seen = seen;
+    __threadfence_system();
+  }
+  st.failed = 1;
+}
+
+// True once some CTA of this launch recorded a failure (a read of host memory: call it rarely).
+__device__ __forceinline__ bool launch_failed(const KernelArgs& a) {
+  return cuda::atomic_ref<unsigned, cuda::thread_scope_system>(a.error->flag)
+             .load(cuda::memory_order_relaxed) != 0u;
+}
+
+// The start of task `t`: its deadline begins now. The barrier publishes the state to the CTA.
+__device__ __forceinline__ void begin_task(const KernelArgs& a, int t) {
+  if (threadIdx.x == 0) {
+    TaskState& st = task_state();
+    st.deadline = globaltimer() + a.timeout_ns;
+    st.task = t;
+    st.failed = 0;
+  }
+  __syncthreads();
+}
+
+// Thread 0 waits for every wait of the task; false (after recording it) when the task's deadline
+// passes or another CTA already gave up. A read of the host-mapped error flag crosses PCIe, and
+// such reads from every SM serialise: it is read only while spinning, every 50 us.
+__device__ inline bool wait_all(const KernelArgs& a, const Wait* waits, int n) {
+  if (n == 0) return true;
+  TaskState& st = task_state();
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < n && !st.failed; ++i) {
+      const Wait w = waits[i];
+      const u64 target = (a.epoch - w.lag) * static_cast<u64>(w.count);
+      cuda::atomic_ref<u64, cuda::thread_scope_system> c(a.events[a.rank][w.event]);
+      u64 seen = c.load(cuda::memory_order_acquire);
+      u64 looked = 0;
+      while (seen < target) {
+        const u64 now = globaltimer();
+        if (now > st.deadline) {
+          report_failure(a, abi::kWaitTimeout, w.event, target, seen);
+          break;
+        }
+        if (now - looked > 50000) {
+          if (looked != 0 && launch_failed(a)) {
+            st.failed = 1;
+            break;
+          }
+          looked = now;
+        }
+        __nanosleep(32);
+        seen = c.load(cuda::memory_order_acquire);
+      }
+    }
+  }
+  __syncthreads();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // What the producers wrote with generic stores is read next by TMA (the async proxy).
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
+  return st.failed == 0;
+}
+
+// A pipeline wait inside a task (an mbarrier phase, a stage of a tile's shared-memory ring) ran
+// past the task's deadline: record it with the stage and phase. Returns false for the caller's
+// `if (!...) break;`.
+__device__ __forceinline__ bool pipeline_timeout(const KernelArgs& a, int stage, unsigned phase) {
+  report_failure(a, abi::kPipelineTimeout, stage, phase, 0);
+  return false;
+}
+
+// After a task: every thread's writes are done (barrier); a failed task stops the CTA (false),
+// else thread 0 publishes its signals.
+__device__ inline bool finish_task(const KernelArgs& a, const Signal* sigs, int n) {
+  __syncthreads();
+  if (task_state().failed) return false;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < n; ++i) {
+      const Signal s = sigs[i];
+      u64* counter = &a.events[s.rank][s.event];
+      if (s.scope == 0) {
+        cuda::atomic_ref<u64, cuda::thread_scope_device>(*counter).fetch_add(
+            1, cuda::memory_order_release);
+      } else {
+        cuda::atomic_ref<u64, cuda::thread_scope_system>(*counter).fetch_add(
+            1, cuda::memory_order_release);
+      }
+    }
+  }
+  return true;
+}
+
+template <typename T>
+__device__ __forceinline__ T* view_ptr(const KernelArgs& a, const View& v, int nbuffers) {
+  return static_cast<T*>(a.buffers[v.rank * nbuffers + v.buffer]) + v.offset;
+}
+
+// A task's arguments as its kind's struct (templates/mkc/abi.h).
+template <typename A>
+__device__ __forceinline__ const A& args_as(const long long* args) {
+  return *reinterpret_cast<const A*>(args);
+}
+
+}  // namespace mkc
