@@ -165,9 +165,10 @@ void Lowerer::lower_reduce(int i) {
 
 // attention_tile (abi::AttentionTileArgs): views {Q, K, V, O[, acc, m, l]}, each flattened for the
 // device to [L, S, D] (L the product of the leading dims). With accumulate, acc/m/l (f32,
-// compiler scratch per declaration, [L, Sq, Dv] / [L, Sq] / [L, Sq]) carry the online softmax over
-// the instances of a loop. The boxes stay in the tensors' own dimensions: slice l of the leading
-// dims is one index per dimension (unravelled), so they meet the boxes the K,V shift writes.
+// compiler scratch per declaration, [L, Sq, Dv] / [L, Sq, 1] / [L, Sq, 1]) carry the online softmax
+// over the instances of a loop. The boxes stay in the tensors' own dimensions: slice l of the
+// leading dims is one index per dimension (unravelled), so they meet the boxes the K,V shift
+// writes.
 void Lowerer::lower_attention(int i) {
   const OpInstance& op = s_.ops[i];
   const TensorUse& q = op.inputs[0];
@@ -188,8 +189,8 @@ void Lowerer::lower_attention(int i) {
     auto it = attention_state_.find(op.decl);
     if (it == attention_state_.end()) {
       const int a = add_buffer(op.name + ".acc", compiler::DType::kF32, {L, Sq, Dv}, false);
-      add_buffer(op.name + ".max", compiler::DType::kF32, {L, Sq}, false);
-      add_buffer(op.name + ".sum", compiler::DType::kF32, {L, Sq}, false);
+      add_buffer(op.name + ".max", compiler::DType::kF32, {L, Sq, 1}, false);
+      add_buffer(op.name + ".sum", compiler::DType::kF32, {L, Sq, 1}, false);
       it = attention_state_.emplace(op.decl, a).first;
     }
     state = it->second;
@@ -234,8 +235,6 @@ void Lowerer::lower_attention(int i) {
                    rows(vv, at, 0, vv.shape[n - 2])};
         if (acc) {
           for (int k = 0; k < 3; ++k) t.views.push_back(whole(state + k, r));
-          t.views[5].shape = {L, Sq, 1};
-          t.views[6].shape = {L, Sq, 1};
           for (int k = 0; k < 3; ++k) {
             const Box b = box(whole(state + k, r), {l, q0}, {l + 1, q1});
             if (!first) t.reads.push_back(b);

@@ -18,6 +18,7 @@
 #include "compiler/nvrtc.h"
 #include "compiler/passes.h"
 #include "compiler/pipeline.h"
+#include "compiler/verify_schedule.h"
 #include "dsl/ast_json.h"
 #include "dsl/diagnostics.h"
 #include "dsl/parser.h"
@@ -42,6 +43,8 @@ commands:
   compile FILE         lower a schedule to one persistent kernel and JIT-compile it (NVRTC)
   run FILE             compile and run a schedule on this machine's GPUs, one rank per GPU
                        (all from one process, or one rank per process under mkrun/torchrun)
+  verify FILE          without a GPU: check the plan (races, deadlocks, bad boxes) after every
+                       pass and run it on the CPU interpreter against the reference
   devices              list the GPUs the CUDA driver sees (needs a driver)
   help                 show this help
 
@@ -77,6 +80,13 @@ run options (and -D, --sms as above):
   --save DIR           write every rank's tensors after the first launch as DIR/<tensor>.rank<r>.npy
                        (bf16 as f32)
   --load DIR           take the inputs from DIR/<tensor>.rank<r>.npy instead of random data
+
+verify options (and -D, --ranks, --ranks-per-node, --sms, --color as for check):
+  --interleavings N    random CTA interleavings the interpreter tries (default 4)
+  --launches N         back-to-back launches per interleaving (default 2)
+  --seed N             the first interleaving's seed and the inputs' seed (default 1)
+  --emit plan          print every verified plan as JSON on stdout, with each task's read and
+                       write boxes (buffer, lo, hi); the summary then goes to stderr
 
 options:
   -h, --help           show this help
@@ -542,6 +552,41 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   return rc;
 }
 
+// `mkc verify`: the plan verifier and the CPU interpreter on the user's schedule, at the shapes
+// given, over several interleavings (compiler/verify_schedule.h).
+int cmd_verify(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+               Terminal term) {
+  Flags f(args);
+  compiler::VerifyScheduleOptions vo;
+  while (f.next()) {
+    if (f.is("--interleavings")) {
+      vo.interleavings = static_cast<int>(
+          std::min<int64_t>(1000, parse_count("--interleavings", f.value("--interleavings"))));
+    } else if (f.is("--launches")) {
+      vo.launches = static_cast<int>(
+          std::min<int64_t>(100, parse_count("--launches", f.value("--launches"))));
+    } else if (f.is("--seed")) {
+      vo.seed = static_cast<uint64_t>(parse_count("--seed", f.value("--seed")));
+    } else if (f.is("--emit")) {
+      const std::string what = f.value("--emit");
+      if (what != "plan")
+        throw UserError(fmt::format("--emit {}: `mkc verify` emits `plan`", what));
+      vo.emit_plan = true;
+    } else {
+      f.unknown("verify");
+    }
+  }
+  if (f.files.size() != 1) throw UserError("`mkc verify` takes one .mks file");
+  vo.color = f.use_color(term);
+  const compiler::VerifyScheduleResult r =
+      compiler::verify_schedule(dsl::SourceFile::read(f.files[0]), f.check, vo);
+  err << r.errors;
+  // With --emit plan, stdout is the plans' JSON alone (for tools); the summary goes to stderr.
+  (vo.emit_plan ? err : out) << r.output;
+  if (vo.emit_plan) out << r.plans;
+  return r.exit_code;
+}
+
 int dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
              Terminal term) {
   if (args.empty()) {
@@ -558,6 +603,7 @@ int dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (cmd == "check") return cmd_check(args, out, err, term);
   if (cmd == "compile") return cmd_compile(args, out, err, term);
   if (cmd == "run") return cmd_run(args, out, err, term);
+  if (cmd == "verify") return cmd_verify(args, out, err, term);
   fmt::print(err, "mkc: error: unknown command or option `{}`; run `mkc --help` for the list\n",
              cmd);
   return kExitUserError;
