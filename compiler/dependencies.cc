@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "compiler/box_index.h"
 #include "support/error.h"
@@ -35,6 +36,12 @@ class BoxIndex {
   SpanIndex<std::pair<int, const Box*>> index_;
 };
 
+// A task's access to a box, as the credit frontier holds it.
+struct Access {
+  int task;
+  const Box* box;
+};
+
 class Deriver {
  public:
   Deriver(Plan& p, int64_t per_node) : p_(p), per_node_(per_node > 0 ? per_node : p.ranks) {}
@@ -54,21 +61,39 @@ class Deriver {
       const Task& task = p_.tasks[t];
       if (task.op < 0) continue;
       for (int r : notified(task)) by_op_rank_[task.op][r].push_back(static_cast<int>(t));
-      for (const Box& b : task.reads) touches_[{b.rank, b.buffer}].add(p_, static_cast<int>(t), &b);
-      for (const Box& b : task.writes) {
-        touches_[{b.rank, b.buffer}].add(p_, static_cast<int>(t), &b);
-        writes_[{b.rank, b.buffer}].add(p_, static_cast<int>(t), &b);
+      for (const Box& b : task.writes)
+        writes_[{b.rank, b.buffer, task.op}].add(p_, static_cast<int>(t), &b);
+    }
+    for (auto& [key, index] : writes_) index.finish();
+    // The accesses of every task to its own rank's buffers, switched on as tasks are processed.
+    own_.resize(p_.tasks.size());
+    for (size_t t = 0; t < p_.tasks.size(); ++t) {
+      const Task& task = p_.tasks[t];
+      if (task.op < 0) continue;
+      for (const std::vector<Box>* boxes : {&task.reads, &task.writes}) {
+        for (const Box& b : *boxes) {
+          if (b.rank != task.rank) continue;
+          const auto [first, end] = flat_span(p_.buffers[b.buffer], b);
+          LiveSpanIndex<Access>& idx = frontier_[{b.rank, b.buffer}];
+          own_[t].push_back({&idx, idx.add(first, end, Access{static_cast<int>(t), &b})});
+        }
       }
     }
-    for (auto& [key, index] : touches_) index.finish();
-    for (auto& [key, index] : writes_) index.finish();
+    for (auto& [key, index] : frontier_) index.finish();
+    forward_.assign(ops.size(), 0);
+    for (size_t a = 0; a < ops.size(); ++a) {
+      for (size_t b = a + 1; b < ops.size(); ++b) forward_[a] = forward_[a] || op_reach_[a][b];
+    }
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       if (p_.tasks[t].op < 0) continue;
       std::set<int> producers;
+      std::vector<std::pair<LiveSpanIndex<Access>*, size_t>> superseded;
       data_edges(static_cast<int>(t), &producers);
-      credits(static_cast<int>(t), &producers);
+      credits(static_cast<int>(t), &producers, &superseded);
       wait_for(static_cast<int>(t), producers);
       fence(static_cast<int>(t));
+      for (const auto& [idx, h] : own_[t]) idx->set_alive(h, true);
+      for (const auto& [idx, h] : superseded) idx->set_alive(h, false);
     }
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
@@ -189,11 +214,11 @@ class Deriver {
     c.waits.push_back(Wait{it->second, static_cast<int64_t>(producers.size()), 0});
   }
 
-  // Tasks whose writes overlap what task t reads, from the index of write boxes.
-  std::set<int> writers_of(int t) const {
+  // Tasks of operation `op` whose writes overlap what task t reads, from the index of write boxes.
+  std::set<int> writers_of(int t, int op) const {
     std::set<int> out;
     for (const Box& r : p_.tasks[t].reads) {
-      auto it = writes_.find({r.rank, r.buffer});
+      auto it = writes_.find({r.rank, r.buffer, op});
       if (it == writes_.end()) continue;
       it->second.overlapping(p_, r, [&](int w) { out.insert(w); });
     }
@@ -206,7 +231,6 @@ class Deriver {
   void data_edges(int t, std::set<int>* producers) {
     const Task& task = p_.tasks[t];
     const compiler::OpInstance& op = p_.source->ops[task.op];
-    const std::set<int> writers = writers_of(t);
     for (const compiler::Dependency& d : op.deps) {
       if (d.granule == compiler::Granule::kAll) {
         const std::vector<int>& all = by_op_rank_[d.op][task.rank];
@@ -216,13 +240,11 @@ class Deriver {
           producers->insert(all.begin(), all.end());
         }
       } else {
-        for (int pt : writers) {
-          if (p_.tasks[pt].op == d.op) producers->insert(pt);
-        }
+        for (int pt : writers_of(t, d.op)) producers->insert(pt);
       }
     }
-    for (int pt : writers) {
-      if (pt < t && p_.tasks[pt].op == task.op) producers->insert(pt);
+    for (int pt : writers_of(t, task.op)) {
+      if (pt < t) producers->insert(pt);
     }
   }
 
@@ -249,21 +271,42 @@ class Deriver {
 
   // 2. Credits: a writer waits for the tasks earlier in program order, on the rank written, that
   // read or write what it overwrites, unless those wait for the writer's operation themselves.
-  void credits(int w, std::set<int>* producers) {
+  //
+  // Only the frontier: the accesses (of tasks on that rank, processed in program order) that no
+  // later write of that rank has covered. An access a write covers and waits for is ordered
+  // before every later writer of its elements through that write, so it leaves the frontier (a
+  // chain of n all-reduces in place over one tensor costs n, not n^2, credits). A write of an
+  // operation with dependencies on later operations supersedes nothing (those could make a later
+  // writer skip it).
+  void credits(int w, std::set<int>* producers,
+               std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>* superseded) {
     const Task& writer = p_.tasks[w];
     for (const Box& wb : writer.writes) {
-      touches_[{wb.rank, wb.buffer}].overlapping(p_, wb, [&](int x) {
+      auto it = frontier_.find({wb.rank, wb.buffer});
+      if (it == frontier_.end()) continue;
+      LiveSpanIndex<Access>& idx = it->second;
+      const auto [first, end] = flat_span(p_.buffers[wb.buffer], wb);
+      idx.overlapping(first, end, [&](size_t h) {
+        const Access& a = idx.entry(h).value;
+        const int x = a.task;
         const Task& other = p_.tasks[x];
-        // Only tasks running on the rank written (a remote writer's own reads are its business).
-        if (x == w || other.rank != wb.rank) return;
-        // Earlier in program order: an earlier operation, or an earlier task of the same one.
-        const bool earlier = other.op < writer.op || (other.op == writer.op && x < w);
-        if (!earlier) return;
+        if (x == w || !a.box->overlaps(wb)) return;
+        // Earlier in program order: an earlier operation, or an earlier task of the same one
+        // (every live access is: tasks go live once processed, in task order).
         // If the earlier task waits for the writer's operation, it reads the new data, not the old.
         if (other.op != writer.op && op_reach_[other.op][writer.op]) return;
         producers->insert(x);
+        if (writer.rank == wb.rank && !forward_[writer.op] && contains(wb, *a.box))
+          superseded->push_back({&idx, h});
       });
     }
+  }
+
+  static bool contains(const Box& outer, const Box& inner) {
+    for (size_t d = 0; d < outer.lo.size(); ++d) {
+      if (inner.lo[d] < outer.lo[d] || inner.hi[d] > outer.hi[d]) return false;
+    }
+    return true;
   }
 
   // 3. Launch fences: a write into (or a signal to) another rank waits for that rank's fence.
@@ -283,8 +326,11 @@ class Deriver {
   Plan& p_;
   int64_t per_node_;
   std::vector<std::vector<std::vector<int>>> by_op_rank_;
-  std::map<std::pair<int, int>, BoxIndex> touches_;
-  std::map<std::pair<int, int>, BoxIndex> writes_;
+  std::map<std::tuple<int, int, int>, BoxIndex> writes_;  // (rank, buffer, op) -> its writes
+  // (rank, buffer) -> the accesses of that rank's tasks, live while on the credit frontier.
+  std::map<std::pair<int, int>, LiveSpanIndex<Access>> frontier_;
+  std::vector<std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>> own_;  // task -> its entries
+  std::vector<char> forward_;  // operation -> waits (transitively) for a later one
   std::map<int, int> fences_;
   std::map<int, int> ends_;
   std::set<std::pair<int, int>> awaited_on_;  // (producer task, rank of some task waiting for it)

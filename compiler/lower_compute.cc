@@ -75,7 +75,7 @@ void Lowerer::lower_gemm(int i) {
         t.reads.push_back(box(bb, {g.n0}, {g.n1}));
       }
       t.writes = {box(c, {g.m0, g.n0}, {g.m1, g.n1})};
-      plan_.tasks.push_back(std::move(t));
+      emit(std::move(t));
     }
   }
 }
@@ -106,7 +106,7 @@ void Lowerer::lower_grouped_gemm(int i) {
         set_args(t, g);
         t.reads = {box(x, {g.r0, 0}, {g.r1, x.shape[1]}), whole_box(w), whole_box(c)};
         t.writes = {box(y, {g.r0, g.n0}, {g.r1, g.n1})};
-        plan_.tasks.push_back(std::move(t));
+        emit(std::move(t));
       }
     }
   }
@@ -139,7 +139,7 @@ void Lowerer::lower_rows(int i) {
       } else {
         set_args(t, abi::CopyArgs{r0, r1});
       }
-      plan_.tasks.push_back(std::move(t));
+      emit(std::move(t));
     }
   }
 }
@@ -158,7 +158,7 @@ void Lowerer::lower_reduce(int i) {
                                       reduce_code(op.reduce_op)});
       t.reads = {whole_box(x)};
       t.writes = {whole_box(y)};
-      plan_.tasks.push_back(std::move(t));
+      emit(std::move(t));
     }
   }
 }
@@ -242,7 +242,7 @@ void Lowerer::lower_attention(int i) {
           }
         }
         if (last) t.writes.push_back(rows(ov, at, q0, q1));
-        plan_.tasks.push_back(std::move(t));
+        emit(std::move(t));
       }
     }
   }

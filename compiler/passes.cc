@@ -53,6 +53,7 @@ Plan build_plan(const compiler::CheckedSchedule& schedule, const PassOptions& op
   Plan plan;
   LowerOptions lo = options.lower;
   lo.sms = options.sms;
+  if (lo.file == nullptr) lo.file = options.file;
   d.pass("lower", plan, options, Stage::kLowered, [&](Plan& p) { p = lower(schedule, lo); });
   d.pass("dependencies", plan, options, Stage::kDependencies,
          [&](Plan& p) { derive_dependencies(p, schedule.ranks_per_node); });

@@ -696,51 +696,80 @@ class Verifier {
            static_cast<uint32_t>(position_[a] + 1);
   }
 
+  // Conflicting pairs in program order (task order: the lowering emits operations, and the
+  // phases inside one, in program order). Per (rank, buffer), accesses are taken in that order
+  // against the frontier of earlier ones: each new access is checked against the live accesses it
+  // conflicts with (the later must happen after the earlier), and a write leaves out of the
+  // frontier what it covers and happens after, since anything later that conflicts with those
+  // conflicts with the write too and is checked against it (or against what covers it), and
+  // happens-before is transitive. Scatter writes cover nothing (pairs of them are exempt).
+  struct Live {
+    LiveSpanIndex<Access> reads, writes;
+  };
+
   void ordering() {
     if (!clocks()) return;
-    // Every access, by the place it touches.
-    std::map<std::pair<int, int>, SpanIndex<Access>> index;
+    std::map<std::pair<int, int>, Live> index;
+    std::vector<std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>> own(p_.tasks.size());
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
       for (const std::vector<Box>* boxes : {&task.reads, &task.writes}) {
+        const bool write = boxes == &task.writes;
         for (const Box& b : *boxes) {
           const auto [first, end] = flat_span(p_.buffers[b.buffer], b);
-          index[{b.rank, b.buffer}].add(first, end,
-                                        Access{static_cast<int>(t), &b, boxes == &task.writes});
+          Live& live = index[{b.rank, b.buffer}];
+          LiveSpanIndex<Access>& idx = write ? live.writes : live.reads;
+          own[t].push_back({&idx, idx.add(first, end, Access{static_cast<int>(t), &b, write})});
         }
       }
     }
-    for (auto& [key, idx] : index) idx.finish();
-    // Each write against every access it overlaps: the later of the two in program order (task
-    // order: the lowering emits operations, and the phases inside one, in program order) must
-    // happen after the earlier.
-    for (const auto& [key, idx] : index) {
-      for (const auto& we : idx.entries()) {
-        const Access& w = we.value;
-        if (!w.write || full()) continue;
-        idx.overlapping(we.first, we.end, [&](const auto& xe) {
-          const Access& x = xe.value;
-          if (x.task == w.task || (x.write && x.task < w.task) || full()) return;
-          if (!w.box->overlaps(*x.box)) return;
-          const Task &tw = p_.tasks[w.task], &tx = p_.tasks[x.task];
-          if (w.box->scatter && x.box->scatter && x.write && tw.op == tx.op) return;
-          const int first = std::min(w.task, x.task), second = std::max(w.task, x.task);
-          if (happens_before(first, second)) return;
-          const char* hazard = !x.write
-                                   ? (x.task < w.task ? "write-after-read" : "read-after-write")
-                                   : "write-after-write";
-          add("race",
-              fmt::format("{} race on {}: {} {} it, then {} {} it, but nothing orders the second "
-                          "after the first (no event or CTA order between them)",
-                          hazard, box_text(p_, *w.box), name(first),
-                          first == w.task ? "writes" : "reads", name(second),
-                          second == w.task ? "writes" : (x.write ? "writes" : "reads")),
-              first, second);
-        });
+    for (auto& [key, live] : index) {
+      live.reads.finish();
+      live.writes.finish();
+    }
+    for (size_t ti = 0; ti < p_.tasks.size() && room(); ++ti) {
+      const int t = static_cast<int>(ti);
+      const Task& task = p_.tasks[t];
+      std::vector<std::pair<LiveSpanIndex<Access>*, size_t>> covered;
+      for (const std::vector<Box>* boxes : {&task.reads, &task.writes}) {
+        const bool write = boxes == &task.writes;
+        for (const Box& b : *boxes) {
+          Live& live = index[{b.rank, b.buffer}];
+          const auto [first, end] = flat_span(p_.buffers[b.buffer], b);
+          // A read conflicts with earlier writes; a write with earlier reads and writes.
+          for (LiveSpanIndex<Access>* idx : {&live.writes, &live.reads}) {
+            if (!write && idx == &live.reads) continue;
+            idx->overlapping(first, end, [&](size_t h) {
+              const Access& x = idx->entry(h).value;
+              if (x.task == t || !x.box->overlaps(b) || full()) return;
+              if (write && x.write && b.scatter && x.box->scatter && task.op == p_.tasks[x.task].op)
+                return;
+              if (!happens_before(x.task, t)) {
+                race(x.task, x.write, t, write, b);
+                return;
+              }
+              if (write && !b.scatter && contains(b, *x.box)) covered.push_back({idx, h});
+            });
+          }
+        }
       }
+      for (const auto& [idx, h] : own[t]) idx->set_alive(h, true);
+      for (const auto& [idx, h] : covered) idx->set_alive(h, false);
     }
     if (full()) return;
     launches();
+  }
+
+  void race(int first, bool first_writes, int second, bool second_writes, const Box& b) {
+    const char* hazard = !first_writes   ? "write-after-read"
+                         : second_writes ? "write-after-write"
+                                         : "read-after-write";
+    add("race",
+        fmt::format("{} race on {}: {} {} it, then {} {} it, but nothing orders the second after "
+                    "the first (no event or CTA order between them)",
+                    hazard, box_text(p_, b), name(first), first_writes ? "writes" : "reads",
+                    name(second), second_writes ? "writes" : "reads"),
+        first, second);
   }
 
   // Whether task t happens before rank d's launch is over: before some task of rank d (a kernel
