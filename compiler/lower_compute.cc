@@ -144,20 +144,31 @@ void Lowerer::lower_rows(int i) {
   }
 }
 
-// reduce_tile (abi::ReduceTileArgs): views {X, Y}; elements [y0, y1) of Y (flat).
+// reduce_tile (abi::ReduceTileArgs): views {X, Y}; elements [y0, y1) of Y (flat), whole rows of
+// Y's leading dimension, so that each tile reads and writes only its own rows (the rows of X they
+// come from: X's leading rows, or its second dimension's when the reduction is over the first).
 void Lowerer::lower_reduce(int i) {
   const OpInstance& op = s_.ops[i];
-  const int64_t total = product(op.outputs[0].shape);
+  const std::vector<int64_t>& ys = op.outputs[0].shape;
+  const int64_t axis = op.ints.at("axis");
+  const int64_t rows = ys.empty() ? 1 : ys[0], row = product(ys, 1);
   const int64_t per = op.tile.empty() ? 4096 : product(op.tile);
+  const int64_t rows_per = std::max<int64_t>(1, per / std::max<int64_t>(1, row));
   for (int64_t r = 0; r < R(); ++r) {
-    for (int64_t y0 = 0; y0 < total; y0 += per) {
-      Task t = task(i, r, TaskKind::kReduceTile, fmt::format("{}.tile({})", name_of(op), y0 / per));
+    for (int64_t r0 = 0; r0 < rows; r0 += rows_per) {
+      const int64_t r1 = std::min(rows, r0 + rows_per);
+      Task t =
+          task(i, r, TaskKind::kReduceTile, fmt::format("{}.tile({})", name_of(op), r0 / rows_per));
       const View x = view(op.inputs[0], r), y = view(op.outputs[0], r);
       t.views = {x, y};
-      set_args(t, abi::ReduceTileArgs{y0, std::min(total, y0 + per), op.ints.at("axis"),
-                                      reduce_code(op.reduce_op)});
-      t.reads = {whole_box(x)};
-      t.writes = {whole_box(y)};
+      set_args(t, abi::ReduceTileArgs{r0 * row, r1 * row, axis, reduce_code(op.reduce_op)});
+      if (ys.empty()) {
+        t.reads = {whole_box(x)};
+        t.writes = {whole_box(y)};
+      } else {
+        t.reads = {axis == 0 ? box(x, {0, r0}, {x.shape[0], r1}) : box(x, {r0}, {r1})};
+        t.writes = {box(y, {r0}, {r1})};
+      }
       emit(std::move(t));
     }
   }

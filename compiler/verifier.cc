@@ -247,13 +247,22 @@ class Verifier {
         break;
       }
       case TaskKind::kReduceTile: {
+        // Elements [y0, y1) of Y reduce over `axis` of X: when they are whole rows of Y, the
+        // rows of X they come from; else all of X.
         const abi::ReduceTileArgs r = args_as<abi::ReduceTileArgs>(t);
-        whole(0, false);
+        const std::vector<int64_t>& ys = t.views[1].shape;
         int64_t row = 1;
-        for (size_t d = 1; d < t.views[1].shape.size(); ++d) row *= t.views[1].shape[d];
-        if (!t.views[1].shape.empty() && r.y0 % row == 0 && r.y1 % row == 0) {
-          rows(1, r.y0 / row, r.y1 / row, true);
+        for (size_t d = 1; d < ys.size(); ++d) row *= ys[d];
+        if (!ys.empty() && r.y0 % row == 0 && r.y1 % row == 0) {
+          const int64_t r0 = r.y0 / row, r1 = r.y1 / row;
+          if (r.axis == 0) {
+            out.push_back(Touch{0, {0, r0}, {t.views[0].shape[0], r1}, false});
+          } else {
+            rows(0, r0, r1, false);
+          }
+          rows(1, r0, r1, true);
         } else {
+          whole(0, false);
           whole(1, true);
         }
         break;
