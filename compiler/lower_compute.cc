@@ -187,9 +187,13 @@ void Lowerer::lower_attention(int i) {
   const std::vector<int64_t> lead_shape(q.shape.begin(), q.shape.end() - 2);
   const int64_t L = product(lead_shape);
   const int64_t Sq = q.shape[n - 2], Dv = op.outputs[0].shape[n - 1];
-  // The device tile holds the row statistics of at most 256 queries.
-  const int64_t bq = std::min<int64_t>(op.tile.empty() ? 64 : op.tile[0], 256);
-  const bool acc = op.ints.count("accumulate") && op.ints.at("accumulate");
+  // 128 queries by default (the tensor-core tile's); the SIMT tile holds the row statistics of at
+  // most 256.
+  const int64_t bq = std::min<int64_t>(op.tile.empty() ? 128 : op.tile[0], 256);
+  // A declaration with one instance (a loop of one step: ring attention at R = 1) has nothing to
+  // merge: no state.
+  const bool acc = op.ints.count("accumulate") && op.ints.at("accumulate") &&
+                   !(op.first_of_decl && op.last_of_decl);
   const double scale = op.floats.at("scale");  // the checker sets the default
   int64_t scale_bits = 0;
   std::memcpy(&scale_bits, &scale, sizeof(scale));
@@ -240,8 +244,9 @@ void Lowerer::lower_attention(int i) {
         Task t = task(i, r, TaskKind::kAttentionTile,
                       fmt::format("{}.tile({}, {})", name_of(op), l, q0 / bq));
         t.views = {flat(qv), flat(kv), flat(vv), flat(ov)};
-        set_args(t, abi::AttentionTileArgs{l, q0, q1, causal, acc ? 1 : 0, first ? 1 : 0,
-                                           last ? 1 : 0, scale_bits});
+        set_args(t,
+                 abi::AttentionTileArgs{l, q0, q1, causal, acc ? 1 : 0, first ? 1 : 0, last ? 1 : 0,
+                                        scale_bits, abi::kNoMap, abi::kNoMap, abi::kNoMap});
         t.reads = {rows(qv, at, q0, q1), rows(kv, at, 0, kv.shape[n - 2]),
                    rows(vv, at, 0, vv.shape[n - 2])};
         if (acc) {

@@ -155,6 +155,9 @@ struct AttentionTileArgs {
   i64 first;
   i64 last;
   i64 scale_bits;  // the softmax scale, a double's bits
+  i64 map_q;       // TMA descriptors of the Q, K and V views ([L, S, D], 3-D), or kNoMap
+  i64 map_k;
+  i64 map_v;
 };
 
 // signal: no views.
@@ -229,7 +232,7 @@ static_assert(sizeof(GroupedGemmTileArgs) == 5 * 8, "grouped_gemm_tile has 5 arg
 static_assert(sizeof(MapTileArgs) == 3 * 8, "map_tile has 3 arguments");
 static_assert(sizeof(CopyArgs) == 2 * 8, "copy has 2 arguments");
 static_assert(sizeof(ReduceTileArgs) == 4 * 8, "reduce_tile has 4 arguments");
-static_assert(sizeof(AttentionTileArgs) == 8 * 8, "attention_tile has 8 arguments");
+static_assert(sizeof(AttentionTileArgs) == 11 * 8, "attention_tile has 11 arguments");
 static_assert(sizeof(SignalArgs) == 8, "signal has 1 argument");
 static_assert(sizeof(A2aCountsArgs) == 2 * 8, "a2a_counts has 2 arguments");
 static_assert(sizeof(A2aSendArgs) == 4 * 8, "a2a_send has 4 arguments");
