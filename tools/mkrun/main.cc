@@ -8,7 +8,7 @@
 // takes only ranks that show it). mkrun waits for all of them. When one fails (non-zero exit or a
 // signal) it says which, stops the others (SIGTERM, then SIGKILL after the grace period, default
 // 5 s) and exits with the failing rank's code (128 + signal for a signal). SIGINT, SIGTERM and
-// SIGHUP to mkrun stop the job the same way.
+// SIGHUP to mkrun stop the job the same way (SIGINT is passed on as SIGINT).
 //
 // No orphans are left holding GPUs: each rank leads a process group of its own, and stopping
 // signals the whole group, so what a rank started (a shell's children, a data loader) stops with
@@ -209,9 +209,9 @@ int main(int argc, char** argv) {
     }
     return left;
   };
-  const auto start_stopping = [&]() {
+  const auto start_stopping = [&](int sig) {
     stopping = true;
-    signal_groups(SIGTERM);
+    signal_groups(sig);
     stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace);
   };
   // Until every rank has exited, and when stopping, until what they started has gone too (or has
@@ -232,14 +232,16 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "mkrun: rank {} {}; stopping the other {} rank(s)\n", r,
                    describe(status), alive);
       }
-      if (failed_rank >= 0 && !stopping) start_stopping();
+      if (failed_rank >= 0 && !stopping) start_stopping(SIGTERM);
       continue;
     }
     if (g_signal != 0 && !stopping) {
       fmt::print(stderr, "mkrun: got signal {}; stopping {} rank(s)\n", static_cast<int>(g_signal),
                  alive);
       result = 128 + g_signal;
-      start_stopping();
+      // Ctrl-C reaches the ranks as Ctrl-C (they are not in the terminal's process group any
+      // more); a hang-up or a termination as SIGTERM.
+      start_stopping(g_signal == SIGINT ? SIGINT : SIGTERM);
     }
     if (stopping && std::chrono::steady_clock::now() > stop_deadline) {
       fmt::print(stderr,
