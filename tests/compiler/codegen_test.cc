@@ -271,3 +271,52 @@ TEST_CASE("mkc compile writes the artefacts it is asked for and reports the kern
 
 }  // namespace
 }  // namespace mkc
+
+namespace mkc {
+namespace {
+
+// The attention task class: the tensor-core tile for bf16/f16 head dims 64 and 128 (3-D TMA maps
+// of the [L, S, D] views, also for one slice: the device issues 3-D loads), the SIMT tile
+// otherwise, and the choice named in Generated::paths.
+TEST_CASE("attention: the tensor-core tile where it applies, with 3-D maps, named in the paths") {
+  const auto schedule = [](int64_t d) {
+    return std::make_shared<dsl::SourceFile>(
+        "attn.mks", fmt::format(R"(
+schedule attn {{
+  input  Q : bf16[1, 1, 200, {0}]
+  input  K : bf16[1, 1, 300, {0}]
+  input  V : bf16[1, 1, 300, {0}]
+  output O : bf16[1, 1, 200, {0}]
+  compute att = attention(Q, K, V -> O, causal = 1)
+}}
+)",
+                                d));
+  };
+  for (int64_t d : {64, 128, 40}) {
+    compiler::CheckOptions opts;
+    opts.ranks = {1};
+    const auto c = compiler::compile_file(schedule(d), opts);
+    REQUIRE_MESSAGE(c->ok(), dsl::render_text(c->diagnostics.all(), false));
+    const codegen::Generated& g = c->kernels[0];
+    REQUIRE(g.paths.size() == 1);
+    INFO(g.paths[0]);
+    if (d == 40) {
+      CHECK(g.paths[0].find("SIMT") != std::string::npos);
+      CHECK(g.tensor_maps.empty());
+      continue;
+    }
+    CHECK(g.paths[0].find("wgmma") != std::string::npos);
+    CHECK(g.threads == 384);
+    REQUIRE(g.tensor_maps.size() == 3);
+    for (const codegen::TensorMapSpec& m : g.tensor_maps) {
+      CHECK(m.dims == 3);
+      CHECK(m.depth == 1);
+      CHECK(m.cols == d);
+      CHECK(m.box_rows == 128);
+      CHECK(m.box_cols == 64);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mkc
