@@ -557,3 +557,45 @@ TEST_CASE("verifier: across nodes, only the proxy's own signals order the data t
 
 }  // namespace
 }  // namespace mkc::plan
+
+namespace mkc::plan {
+namespace {
+
+// Across nodes an all-reduce goes hierarchical: only the chunk owners' node sums cross, N (N - 1)
+// sends per chunk instead of one from every rank to every rank of the other nodes.
+TEST_CASE(
+    "lower alone: the all-reduce across 2 nodes of 4 crosses the proxies N (N - 1) times a chunk") {
+  auto c = sample("allreduce", 8, {{"N", 4 * 65536}}, 4);
+  PassOptions po;
+  po.verify = true;
+  po.file = c->file.get();
+  const Plan p = build_plan(c->checked[0], po);
+  REQUIRE(p.decisions.size() == 1);
+  CHECK(p.decisions[0].choice == "hierarchical");
+  int crossing = 0, in_node = 0;
+  for (const Task& t : p.tasks) {
+    if (t.kind != TaskKind::kSend) continue;
+    const bool across = p.node_of(t.writes[0].rank) != p.node_of(t.rank);
+    crossing += across;
+    in_node += !across;
+  }
+  const int chunks = 4, N = 2, L = 4;
+  INFO(dump(p));
+  CHECK(crossing == chunks * N * (N - 1));
+  // In each node: L - 1 sends to the owner, L - 1 results back, per chunk.
+  CHECK(in_node == chunks * N * 2 * (L - 1));
+  // Explicitly one-shot: every rank to every other, across the nodes too.
+  const auto one_shot = std::make_shared<dsl::SourceFile>("one_shot.mks", R"(
+schedule one_shot {
+  ranks R
+  input X : f32[262144] symmetric
+  comm ar = allreduce(X, sum) chunk(65536) algo(one_shot)
+}
+)");
+  auto c1 = compile(one_shot, 8, {}, 4);
+  const Plan q = build_plan(c1->checked[0], po);
+  CHECK(q.decisions[0].choice == "one_shot");
+}
+
+}  // namespace
+}  // namespace mkc::plan
