@@ -175,6 +175,7 @@ void Proxy::run() {
     const auto sleep = setup_.options.sleep;
     bool idle = false;
     Clock::time_point idle_since{};
+    unsigned idle_polls = 0;
     while (!stop_.load(std::memory_order_acquire)) {
       const size_t n = transport_->poll(completions_.data(), completions_.size());
       for (size_t i = 0; i < n; ++i) handle(completions_[i]);
@@ -188,22 +189,28 @@ void Proxy::run() {
       if (!idle) {
         idle = true;
         idle_since = now;
+        idle_polls = 0;
       }
-      if (now - idle_since < spin) {
-        cpu_relax();
-      } else {
+      if (now - idle_since >= spin) {
         std::this_thread::sleep_for(sleep);
+      } else if (++idle_polls % 32 == 0) {
+        // On a core of its own this returns at once; on a host with more busy threads than
+        // cores it lets the others (the peer's proxy, the launch thread) run.
+        std::this_thread::yield();
+      } else {
+        cpu_relax();
       }
     }
     transport_->close();
     transport_.reset();
     state_.store(ProxyState::kStopped, std::memory_order_release);
   } catch (const TransportError& e) {
-    fail(fmt::format("proxy of rank {}: {}{}", setup_.rank, e.what(), in_flight_to(e.peer())));
+    fail(fmt::format("proxy of rank {}: {}{}", setup_.rank, e.what(),
+                     e.peer() >= 0 ? in_flight_to(e.peer()) : ""));
     // Dropped without a goodbye: the peers see this rank as gone and fail too, naming it.
     transport_.reset();
   } catch (const std::exception& e) {
-    fail(fmt::format("proxy of rank {}: {}", setup_.rank, e.what()));
+    fail(fmt::format("proxy of rank {}: {}{}", setup_.rank, e.what(), in_flight_to(-1)));
     transport_.reset();
   }
 }
@@ -353,13 +360,14 @@ void Proxy::reject(uint64_t entry, const Taken& t, const std::string& why) const
       fmt::format("{} is not a request this proxy can carry: {}", describe(entry, t), why));
 }
 
-// "; in flight to rank 3: ring entry 57 (...)": the oldest request a failed peer leaves undone.
+// "; in flight to rank 3: ring entry 57 (...)": the oldest request a failed peer leaves undone;
+// for peer -1 (a failure of no one peer: the heap, say) the oldest of all.
 std::string Proxy::in_flight_to(int peer) const {
-  if (peer < 0) return "";
   for (uint64_t e = tail_; e < next_; ++e) {
     const Taken& t = taken_[e % kSlots];
-    if (!t.done && t.dst_rank == peer) {
-      return fmt::format("; in flight to rank {}: {}", peer, describe(e, t));
+    if (!t.done && (peer < 0 || t.dst_rank == peer)) {
+      return peer < 0 ? fmt::format("; oldest in flight: {}", describe(e, t))
+                      : fmt::format("; in flight to rank {}: {}", peer, describe(e, t));
     }
   }
   return "";

@@ -200,6 +200,43 @@ TEST_CASE("tcp: a peer that stalls mid-message times out, naming its rank and ad
   CHECK(contains(error, "sent nothing for 0.3 s in the middle of a message"));
 }
 
+TEST_CASE("tcp: a proxy that fails mid-message makes its peer's proxy fail, naming it") {
+  const int64_t bytes = 8 << 20;
+  FaultyMemory sender(bytes, 1 << 20, FaultyMemory::Mode::kThrow);
+  HostMemory receiver(bytes);
+  LocalAllGather ag(2, 10s);
+  std::vector<std::unique_ptr<abi::ProxyRing>> rings;
+  std::vector<std::vector<abi::u64>> events(2, std::vector<abi::u64>(2, 0));
+  for (int r = 0; r < 2; ++r) rings.push_back(testing::make_ring());
+  std::vector<std::string> status(2);
+  const auto errors = run_ranks(2, [&](int rank) {
+    ProxySetup s;
+    s.rank = rank;
+    s.world = 2;
+    s.peers = {1 - rank};
+    s.ring = rings[rank].get();
+    s.events = events[rank].data();
+    s.num_events = 2;
+    s.heap = rank == 0 ? static_cast<MemoryAccess*>(&receiver) : &sender;
+    s.all_gather = ag.for_rank(rank);
+    s.options.timeout = 10s;
+    Proxy proxy(std::move(s), make_tcp_transport());
+    proxy.start();
+    if (rank == 1) testing::RingWriter(rings[1].get()).post(testing::request(0, 0, 0, bytes, 1));
+    REQUIRE(testing::wait_until([&] { return proxy.failed(); }));
+    CHECK_THROWS_AS(proxy.check(), EnvironmentError);
+    status[rank] = proxy.status().error;
+  });
+  CHECK(errors[0] == "");
+  CHECK(errors[1] == "");
+  CHECK(contains(status[1],
+                 "proxy of rank 1: the heap went away; oldest in flight: ring entry 0 "
+                 "(rank 1 -> rank 0: 8388608 bytes from heap offset 0 to 0, event 1)"));
+  CHECK(contains(status[0], "proxy of rank 0: tcp: rank 0: rank 1 at 127.0.0.1:"));
+  CHECK(contains(status[0], "closed the connection in the middle of a message"));
+  CHECK(events[0][1] == 0);
+}
+
 TEST_CASE("tcp: a goodbye is not a failure; sending to the rank that said it is one") {
   HostMemory a(4096), b(4096);
   LocalAllGather ag(2, 10s);
