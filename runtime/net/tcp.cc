@@ -168,7 +168,7 @@ class TcpTransport final : public Transport {
   void transmit(Peer& p, Completion* out, size_t& n, size_t max, Clock::time_point now);
   void receive(Peer& p, bool readable, Completion* out, size_t& n, size_t max,
                Clock::time_point now);
-  void parse(Peer& p, Completion* out, size_t& n, size_t max);
+  bool parse(Peer& p, Completion* out, size_t& n, size_t max);
   void drop_all();
 
   TcpOptions options_;
@@ -595,13 +595,23 @@ void TcpTransport::receive(Peer& p, bool readable, Completion* out, size_t& n, s
       }
     }
   }
-  parse(p, out, n, max);
+  const bool starved = parse(p, out, n, max);
   const bool mid_message = p.in_message || p.header_got > 0;
+  // Payload bytes of the current message that arrived: handed out, or still buffered.
+  const int64_t payload_got =
+      p.in_message ? p.payload_done + std::min<int64_t>(p.header.bytes - p.payload_done,
+                                                        static_cast<int64_t>(p.in_len - p.in_pos))
+                   : 0;
   if (p.eof && p.in_pos == p.in_len) {
+    if (p.header_got > 0) {
+      fail(p, fmt::format("closed the connection in the middle of a message header ({} of {} "
+                          "bytes received): its process exited or crashed",
+                          p.header_got, sizeof(WireHeader)));
+    }
     if (mid_message) {
       fail(p, fmt::format("closed the connection in the middle of a message ({} of {} payload "
                           "bytes received): its process exited or crashed",
-                          p.payload_done, p.in_message ? p.header.bytes : 0));
+                          p.payload_done, p.header.bytes));
     }
     if (!p.departed) {
       fail(p,
@@ -613,22 +623,33 @@ void TcpTransport::receive(Peer& p, bool readable, Completion* out, size_t& n, s
     p.gone = true;
     return;
   }
-  if (mid_message && p.in_pos == p.in_len && now - p.in_since > timeout_) {
-    fail(p, fmt::format("sent nothing for {:.1f} s in the middle of a message ({} of {} payload "
-                        "bytes received): it is stuck or gone",
-                        timeout_.count() / 1e3, p.payload_done, p.in_message ? p.header.bytes : 0));
+  // The peer is waited for only while a message is cut short and parse stopped for want of its
+  // bytes (not for want of room in `out`). The clock runs from the later of the last bytes
+  // received and the last poll that did not wait, so a slow consumer never blames the peer.
+  if (!(mid_message && starved)) {
+    p.in_since = now;
+  } else if (now - p.in_since > timeout_) {
+    fail(p, fmt::format("sent nothing for {:.1f} s in the middle of a message ({} of {} {} "
+                        "received): it is stuck or gone",
+                        timeout_.count() / 1e3, p.in_message ? payload_got : p.header_got,
+                        p.in_message ? p.header.bytes : static_cast<int64_t>(sizeof(WireHeader)),
+                        p.in_message ? "payload bytes" : "header bytes"));
   }
 }
 
-void TcpTransport::parse(Peer& p, Completion* out, size_t& n, size_t max) {
+// Cuts the buffered bytes into headers and fragments. Returns true when it stopped for want of
+// the peer's bytes (the buffer used up, a header cut short, or too little of a payload for a
+// fragment), false when it stopped for want of room in `out`.
+bool TcpTransport::parse(Peer& p, Completion* out, size_t& n, size_t max) {
   const size_t cap = options_.chunk_bytes;
-  while (n < max && p.in_pos < p.in_len) {
+  while (p.in_pos < p.in_len) {
+    if (n == max) return false;
     if (!p.in_message) {
       const size_t take = std::min(sizeof(WireHeader) - p.header_got, p.in_len - p.in_pos);
       std::memcpy(reinterpret_cast<char*>(&p.header) + p.header_got, p.in.get() + p.in_pos, take);
       p.header_got += take;
       p.in_pos += take;
-      if (p.header_got < sizeof(WireHeader)) break;
+      if (p.header_got < sizeof(WireHeader)) return true;
       p.header_got = 0;
       const WireHeader& h = p.header;
       if (p.departed) fail(p, "sent data after its goodbye");
@@ -662,9 +683,9 @@ void TcpTransport::parse(Peer& p, Completion* out, size_t& n, size_t max) {
     const int64_t left = p.header.bytes - p.payload_done;
     const int64_t avail = static_cast<int64_t>(p.in_len - p.in_pos);
     const int64_t take = std::min(left, avail);
-    // A fragment of at least half a buffer, or the message's end: few, large heap writes.
-    if (take < left && take < static_cast<int64_t>(cap / 2) && !p.eof) break;
-    if (take < left && p.eof) break;
+    // A fragment of at least half a buffer, or the message's end: few, large heap writes. At the
+    // end of the stream what is there goes out as it is (the close is reported after it).
+    if (take < left && take < static_cast<int64_t>(cap / 2) && !p.eof) return true;
     Completion& c = out[n++];
     c = Completion{};
     c.kind = Completion::kReceived;
@@ -678,6 +699,7 @@ void TcpTransport::parse(Peer& p, Completion* out, size_t& n, size_t max) {
     p.payload_done += take;
     if (c.last) p.in_message = false;
   }
+  return true;
 }
 
 size_t TcpTransport::poll(Completion* out, size_t max) {

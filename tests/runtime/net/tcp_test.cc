@@ -139,65 +139,77 @@ class FaultyMemory : public HostMemory {
 };
 
 TEST_CASE("tcp: a peer that dies mid-message is an error naming its rank and address") {
-  const int64_t bytes = 8 << 20;
-  FaultyMemory sender(bytes, 1 << 20, FaultyMemory::Mode::kThrow);
-  HostMemory receiver(bytes);
-  LocalAllGather ag(2, 10s);
-  std::string address_of_1;
-  const auto errors = run_ranks(2, [&](int rank) {
-    auto t = make_tcp_transport();
-    t->connect(params(rank, 2, ag), rank == 0 ? static_cast<MemoryAccess&>(receiver) : sender);
-    if (rank == 1) {
-      REQUIRE(t->send(0, {0, bytes, 1}, 0, 7));
-      Receiver rx(*t, sender, 2);
-      // The heap fails after the first chunk; the transport is dropped as a dying process would.
-      CHECK_THROWS_WITH(poll_until(rx, [] { return false; }), "the heap went away");
-      t.reset();
-      return;
-    }
-    address_of_1 = t->peer_address(1);
-    Receiver rx(*t, receiver, 2);
-    poll_until(rx, [] { return false; });
-  });
-  CHECK(errors[1] == "");
-  CHECK(contains(errors[0], "tcp: rank 0: rank 1 at " + address_of_1));
-  CHECK(contains(errors[0], "closed the connection in the middle of a message"));
-  CHECK(contains(errors[0], "of 8388608 payload bytes"));
+  // The sender stages 1 MB or 64 KB at a time: what is left unread at the close is then more, or
+  // less, than the receiver's threshold for handing a fragment out.
+  for (const size_t chunk : {size_t{1} << 20, size_t{64} << 10}) {
+    CAPTURE(chunk);
+    const int64_t bytes = 8 << 20;
+    FaultyMemory sender(bytes, static_cast<int64_t>(chunk), FaultyMemory::Mode::kThrow);
+    HostMemory receiver(bytes);
+    LocalAllGather ag(2, 10s);
+    std::string address_of_1;
+    const auto errors = run_ranks(2, [&](int rank) {
+      TcpOptions o;
+      if (rank == 1) o.chunk_bytes = chunk;
+      auto t = make_tcp_transport(o);
+      t->connect(params(rank, 2, ag), rank == 0 ? static_cast<MemoryAccess&>(receiver) : sender);
+      if (rank == 1) {
+        REQUIRE(t->send(0, {0, bytes, 1}, 0, 7));
+        Receiver rx(*t, sender, 2);
+        // The heap fails after the first chunks; the transport is dropped as a dying process's.
+        CHECK_THROWS_WITH(poll_until(rx, [] { return false; }), "the heap went away");
+        t.reset();
+        return;
+      }
+      address_of_1 = t->peer_address(1);
+      Receiver rx(*t, receiver, 2);
+      poll_until(rx, [] { return false; });
+    });
+    CHECK(errors[1] == "");
+    CHECK(contains(errors[0], "tcp: rank 0: rank 1 at " + address_of_1));
+    CHECK(contains(errors[0], "closed the connection in the middle of a message"));
+    CHECK(contains(errors[0], "of 8388608 payload bytes"));
+  }
 }
 
 TEST_CASE("tcp: a peer that stalls mid-message times out, naming its rank and address") {
-  const int64_t bytes = 8 << 20;
-  FaultyMemory sender(bytes, 1 << 20, FaultyMemory::Mode::kHold);
-  HostMemory receiver(bytes);
-  LocalAllGather ag(2, 10s);
-  std::string error;
-  const auto errors = run_ranks(2, [&](int rank) {
-    auto t = make_tcp_transport();
-    t->connect(params(rank, 2, ag, 300ms),
-               rank == 0 ? static_cast<MemoryAccess&>(receiver) : sender);
-    if (rank == 1) {
-      REQUIRE(t->send(0, {0, bytes, 1}, 0, 7));
-      // One poll sends the first chunk, the next one holds in the heap's read until released.
-      Receiver rx(*t, sender, 2);
-      rx.poll();
-      rx.poll();
+  for (const size_t chunk : {size_t{1} << 20, size_t{64} << 10}) {
+    CAPTURE(chunk);
+    const int64_t bytes = 8 << 20;
+    FaultyMemory sender(bytes, static_cast<int64_t>(chunk), FaultyMemory::Mode::kHold);
+    HostMemory receiver(bytes);
+    LocalAllGather ag(2, 10s);
+    std::string error;
+    const auto errors = run_ranks(2, [&](int rank) {
+      TcpOptions o;
+      if (rank == 1) o.chunk_bytes = chunk;
+      auto t = make_tcp_transport(o);
+      t->connect(params(rank, 2, ag, 300ms),
+                 rank == 0 ? static_cast<MemoryAccess&>(receiver) : sender);
+      if (rank == 1) {
+        REQUIRE(t->send(0, {0, bytes, 1}, 0, 7));
+        // One poll sends the first chunk, the next one holds in the heap's read until released.
+        Receiver rx(*t, sender, 2);
+        rx.poll();
+        rx.poll();
+        ag.gather(rank, "");
+        return;
+      }
+      Receiver rx(*t, receiver, 2);
+      try {
+        poll_until(rx, [] { return false; });
+      } catch (const TransportError& e) {
+        CHECK(e.peer() == 1);
+        error = e.what();
+      }
+      sender.release();
       ag.gather(rank, "");
-      return;
-    }
-    Receiver rx(*t, receiver, 2);
-    try {
-      poll_until(rx, [] { return false; });
-    } catch (const TransportError& e) {
-      CHECK(e.peer() == 1);
-      error = e.what();
-    }
-    sender.release();
-    ag.gather(rank, "");
-  });
-  CHECK(errors[0] == "");
-  CHECK(errors[1] == "");
-  CHECK(contains(error, "tcp: rank 0: rank 1 at 127.0.0.1:"));
-  CHECK(contains(error, "sent nothing for 0.3 s in the middle of a message"));
+    });
+    CHECK(errors[0] == "");
+    CHECK(errors[1] == "");
+    CHECK(contains(error, "tcp: rank 0: rank 1 at 127.0.0.1:"));
+    CHECK(contains(error, "sent nothing for 0.3 s in the middle of a message"));
+  }
 }
 
 TEST_CASE("tcp: a proxy that fails mid-message makes its peer's proxy fail, naming it") {
