@@ -14,17 +14,19 @@
 #include <cstring>
 #include <random>
 
+#include "runtime/net/tcp_stream.h"
+
 namespace mkc::rt::net {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using tcp::StreamReader;
+using tcp::WireHeader;  // the message framing: runtime/net/tcp_stream.h
 
-constexpr uint32_t kBlobMagic = 0x4d4b4e54;     // "MKNT": a tcp transport's all_gather blob
-constexpr uint32_t kBlobVersion = 1;            // bumped when the wire format changes
-constexpr uint32_t kHelloMagic = 0x4d4b4e48;    // "MKNH": a dialling rank introduces itself
-constexpr uint32_t kAckMagic = 0x4d4b4e41;      // "MKNA": the accepting rank took it
-constexpr uint32_t kMessageMagic = 0x4d4b4e4d;  // "MKNM": a message header
-constexpr uint32_t kByeMagic = 0x4d4b4e42;      // "MKNB": the sender stops on purpose
+constexpr uint32_t kBlobMagic = 0x4d4b4e54;   // "MKNT": a tcp transport's all_gather blob
+constexpr uint32_t kBlobVersion = 1;          // bumped when the wire format changes
+constexpr uint32_t kHelloMagic = 0x4d4b4e48;  // "MKNH": a dialling rank introduces itself
+constexpr uint32_t kAckMagic = 0x4d4b4e41;    // "MKNA": the accepting rank took it
 
 // How long an accepted connection may take to introduce itself before it is dropped.
 constexpr auto kHelloTime = std::chrono::seconds(5);
@@ -59,15 +61,6 @@ struct Ack {
   uint32_t magic;
   int32_t rank;
 };
-
-struct WireHeader {
-  uint32_t magic;
-  int32_t event;
-  int64_t dst_offset;
-  int64_t bytes;
-  uint64_t seq;  // messages sent on this connection before this one
-};
-static_assert(sizeof(WireHeader) == 32, "a message header is 32 bytes on the wire");
 
 sockaddr_in ipv4_address(const std::string& text, uint16_t port) {
   sockaddr_in a{};
@@ -127,9 +120,7 @@ class TcpTransport final : public Transport {
     int rank = -1;
     std::string address;
     int fd = -1;
-    bool departed = false;  // said goodbye
-    bool gone = false;      // connection closed after the goodbye
-    bool eof = false;       // read the end of the stream; what is buffered is still parsed
+    bool gone = false;  // connection closed after the goodbye
 
     // Sending: queued messages (a ring), the one being copied out, the staging buffer.
     std::vector<Pending> queue;
@@ -143,15 +134,8 @@ class TcpTransport final : public Transport {
     Clock::time_point out_since{};
     uint64_t sent_seq = 0;
 
-    // Receiving: the staging buffer, the header being read, the message being handed out.
-    std::unique_ptr<char[]> in;
-    size_t in_len = 0, in_pos = 0;
-    WireHeader header{};
-    size_t header_got = 0;
-    bool in_message = false;
-    int64_t payload_done = 0;
-    Clock::time_point in_since{};
-    uint64_t recv_seq = 0;
+    // Receiving: the framing of the incoming stream (runtime/net/tcp_stream.h).
+    std::unique_ptr<StreamReader> in;
   };
 
   [[noreturn]] void fail(const Peer& p, const std::string& what) const {
@@ -166,9 +150,6 @@ class TcpTransport final : public Transport {
   void establish(Clock::time_point deadline, const std::vector<uint64_t>& nonces);
   void fill(Peer& p, Completion* out, size_t& n, size_t max);
   void transmit(Peer& p, Completion* out, size_t& n, size_t max, Clock::time_point now);
-  void receive(Peer& p, bool readable, Completion* out, size_t& n, size_t max,
-               Clock::time_point now);
-  bool parse(Peer& p, Completion* out, size_t& n, size_t max);
   void drop_all();
 
   TcpOptions options_;
@@ -274,7 +255,9 @@ void TcpTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
   for (Peer& p : peers_) {
     p.queue.resize(options_.queue);
     p.out.reset(new char[options_.chunk_bytes]);
-    p.in.reset(new char[options_.chunk_bytes]);
+    p.in = std::make_unique<StreamReader>(
+        options_.chunk_bytes, heap.size(), timeout_, p.rank,
+        fmt::format("tcp: rank {}: rank {} at {}", rank_, p.rank, p.address));
     fds_.push_back({p.fd, POLLIN, 0});
   }
   connected_ = true;
@@ -492,7 +475,7 @@ bool TcpTransport::send(int peer, const MessageHeader& header, int64_t src_offse
     throw TransportError(peer, fmt::format("tcp: rank {} has no connection to rank {}{}", rank_,
                                            peer, connected_ ? " (not one of its peers)" : ""));
   }
-  if (p->departed)
+  if (p->in->departed())
     fail(*p, "has stopped its proxy (said goodbye), yet this rank sends it a message");
   if (p->queue_size == p->queue.size()) return false;
   p->queue[(p->queue_head + p->queue_size) % p->queue.size()] = Pending{header, src_offset, cookie};
@@ -517,7 +500,7 @@ void TcpTransport::fill(Peer& p, Completion* out, size_t& n, size_t max) {
     if (!p.header_written) {
       if (cap - p.out_len < sizeof(WireHeader)) break;
       const MessageHeader& h = p.current.header;
-      const WireHeader w{kMessageMagic, h.event, h.dst_offset, h.bytes, p.sent_seq++};
+      const WireHeader w = tcp::message_header(h, p.sent_seq++);
       std::memcpy(p.out.get() + p.out_len, &w, sizeof(w));
       p.out_len += sizeof(w);
       p.header_written = true;
@@ -566,142 +549,6 @@ void TcpTransport::transmit(Peer& p, Completion* out, size_t& n, size_t max,
   }
 }
 
-void TcpTransport::receive(Peer& p, bool readable, Completion* out, size_t& n, size_t max,
-                           Clock::time_point now) {
-  const size_t cap = options_.chunk_bytes;
-  // Only here, at the start of a poll, may the buffer move or be overwritten: the fragments the
-  // previous poll handed out were valid until now.
-  if (readable && !p.eof) {
-    if (p.in_pos > 0) {
-      std::memmove(p.in.get(), p.in.get() + p.in_pos, p.in_len - p.in_pos);
-      p.in_len -= p.in_pos;
-      p.in_pos = 0;
-    }
-    if (p.in_len < cap) {
-      const ssize_t k = ::recv(p.fd, p.in.get() + p.in_len, cap - p.in_len, MSG_DONTWAIT);
-      if (k > 0) {
-        p.in_len += static_cast<size_t>(k);
-        p.in_since = now;
-      } else if (k == 0) {
-        p.eof = true;
-      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        if (!p.departed) {
-          fail(p, fmt::format("receiving failed: {} (its process exited or crashed?)",
-                              errno_text(errno)));
-        }
-        // A reset after the goodbye: the peer closed with our bytes unread. It left on purpose.
-        p.eof = true;
-        p.in_pos = p.in_len;
-      }
-    }
-  }
-  const bool starved = parse(p, out, n, max);
-  const bool mid_message = p.in_message || p.header_got > 0;
-  // Payload bytes of the current message that arrived: handed out, or still buffered.
-  const int64_t payload_got =
-      p.in_message ? p.payload_done + std::min<int64_t>(p.header.bytes - p.payload_done,
-                                                        static_cast<int64_t>(p.in_len - p.in_pos))
-                   : 0;
-  if (p.eof && p.in_pos == p.in_len) {
-    if (p.header_got > 0) {
-      fail(p, fmt::format("closed the connection in the middle of a message header ({} of {} "
-                          "bytes received): its process exited or crashed",
-                          p.header_got, sizeof(WireHeader)));
-    }
-    if (mid_message) {
-      fail(p, fmt::format("closed the connection in the middle of a message ({} of {} payload "
-                          "bytes received): its process exited or crashed",
-                          p.payload_done, p.header.bytes));
-    }
-    if (!p.departed) {
-      fail(p,
-           "closed the connection without a goodbye: its process exited, crashed, or "
-           "dropped its transport");
-    }
-    ::close(p.fd);
-    p.fd = -1;
-    p.gone = true;
-    return;
-  }
-  // The peer is waited for only while a message is cut short and parse stopped for want of its
-  // bytes (not for want of room in `out`). The clock runs from the later of the last bytes
-  // received and the last poll that did not wait, so a slow consumer never blames the peer.
-  if (!(mid_message && starved)) {
-    p.in_since = now;
-  } else if (now - p.in_since > timeout_) {
-    fail(p, fmt::format("sent nothing for {:.1f} s in the middle of a message ({} of {} {} "
-                        "received): it is stuck or gone",
-                        timeout_.count() / 1e3, p.in_message ? payload_got : p.header_got,
-                        p.in_message ? p.header.bytes : static_cast<int64_t>(sizeof(WireHeader)),
-                        p.in_message ? "payload bytes" : "header bytes"));
-  }
-}
-
-// Cuts the buffered bytes into headers and fragments. Returns true when it stopped for want of
-// the peer's bytes (the buffer used up, a header cut short, or too little of a payload for a
-// fragment), false when it stopped for want of room in `out`.
-bool TcpTransport::parse(Peer& p, Completion* out, size_t& n, size_t max) {
-  const size_t cap = options_.chunk_bytes;
-  while (p.in_pos < p.in_len) {
-    if (n == max) return false;
-    if (!p.in_message) {
-      const size_t take = std::min(sizeof(WireHeader) - p.header_got, p.in_len - p.in_pos);
-      std::memcpy(reinterpret_cast<char*>(&p.header) + p.header_got, p.in.get() + p.in_pos, take);
-      p.header_got += take;
-      p.in_pos += take;
-      if (p.header_got < sizeof(WireHeader)) return true;
-      p.header_got = 0;
-      const WireHeader& h = p.header;
-      if (p.departed) fail(p, "sent data after its goodbye");
-      if (h.magic == kByeMagic) {
-        p.departed = true;
-        continue;
-      }
-      if (h.magic != kMessageMagic || h.seq != p.recv_seq || h.event < -1 ||
-          !in_range(h.dst_offset, h.bytes, heap_->size())) {
-        fail(p, fmt::format("sent a bad message header (magic {:#x}, seq {} where {} was due, {} "
-                            "bytes at heap offset {} of {}, event {}): not this mkc's peer, or a "
-                            "corrupted stream",
-                            h.magic, h.seq, p.recv_seq, h.bytes, h.dst_offset, heap_->size(),
-                            h.event));
-      }
-      ++p.recv_seq;
-      p.payload_done = 0;
-      if (h.bytes == 0) {
-        Completion& c = out[n++];
-        c = Completion{};
-        c.kind = Completion::kReceived;
-        c.peer = p.rank;
-        c.dst_offset = h.dst_offset;
-        c.last = true;
-        c.event = h.event;
-        continue;
-      }
-      p.in_message = true;
-      continue;
-    }
-    const int64_t left = p.header.bytes - p.payload_done;
-    const int64_t avail = static_cast<int64_t>(p.in_len - p.in_pos);
-    const int64_t take = std::min(left, avail);
-    // A fragment of at least half a buffer, or the message's end: few, large heap writes. At the
-    // end of the stream what is there goes out as it is (the close is reported after it).
-    if (take < left && take < static_cast<int64_t>(cap / 2) && !p.eof) return true;
-    Completion& c = out[n++];
-    c = Completion{};
-    c.kind = Completion::kReceived;
-    c.peer = p.rank;
-    c.dst_offset = p.header.dst_offset + p.payload_done;
-    c.bytes = take;
-    c.data = p.in.get() + p.in_pos;
-    c.last = take == left;
-    c.event = p.header.event;
-    p.in_pos += static_cast<size_t>(take);
-    p.payload_done += take;
-    if (c.last) p.in_message = false;
-  }
-  return true;
-}
-
 size_t TcpTransport::poll(Completion* out, size_t max) {
   if (!connected_ || closed_ || max == 0) return 0;
   for (size_t i = 0; i < peers_.size(); ++i) {
@@ -720,8 +567,12 @@ size_t TcpTransport::poll(Completion* out, size_t max) {
     Peer& p = peers_[i];
     if (p.gone) continue;
     const bool readable = (fds_[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-    receive(p, readable, out, n, max, now);
-    if (p.gone) continue;
+    if (p.in->step(p.fd, readable, out, n, max, now)) {
+      ::close(p.fd);
+      p.fd = -1;
+      p.gone = true;
+      continue;
+    }
     transmit(p, out, n, max, now);
   }
   return n;
@@ -754,7 +605,7 @@ void TcpTransport::close() {
         p.out_pos = 0;
       }
       if (options_.chunk_bytes - p.out_len >= sizeof(WireHeader)) {
-        const WireHeader bye{kByeMagic, -1, 0, 0, p.sent_seq};
+        const WireHeader bye = tcp::bye_header(p.sent_seq);
         std::memcpy(p.out.get() + p.out_len, &bye, sizeof(bye));
         p.out_len += sizeof(bye);
       }

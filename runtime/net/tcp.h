@@ -11,9 +11,10 @@
 // a send copies its source from the heap into the outgoing buffer (then the source is free: kSent),
 // a receive hands the payload out in fragments of at least half a buffer (or the message's end),
 // so a heap in GPU memory sees few, large copies. Partial reads and writes are resumed on the next
-// poll. A peer that closes (without the goodbye close() sends), resets, or makes no progress for
-// ConnectParams::timeout while a message is under way is a TransportError naming its rank and
-// address.
+// poll; the incoming stream is cut by a tcp::StreamReader (runtime/net/tcp_stream.h), whatever
+// pieces recv() returns. A peer that closes (without the goodbye close() sends), resets, or makes
+// no progress for ConnectParams::timeout while a message is under way is a TransportError naming
+// its rank and address.
 #pragma once
 
 #include <cstddef>
