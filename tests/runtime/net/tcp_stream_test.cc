@@ -288,13 +288,16 @@ std::vector<Split> splits(size_t cap, size_t stream_bytes, bool small) {
   return v;
 }
 
-// Every split, with room for 1, 2 and 64 completions per step: the messages come exactly.
+// Every split, with room for 1, 2 (small streams) and 64 completions per step: the messages come
+// exactly.
 void check_every_split(size_t cap, const std::vector<int64_t>& sizes, bool small) {
   int64_t heap_size = 0;
   const std::vector<Msg> msgs = layout(sizes, heap_size);
   const std::string stream = encode(msgs, true);
   for (const Split& split : splits(cap, stream.size(), small)) {
     for (size_t room : {size_t{1}, size_t{2}, size_t{64}}) {
+      // Room for 2 shows nothing room for 1 does not on the large streams: left out, for time.
+      if (!small && room == 2) continue;
       CAPTURE(split.name);
       CAPTURE(room);
       Harness h(cap, heap_size);
@@ -316,10 +319,10 @@ TEST_CASE("tcp stream: every split of small messages around a 256-byte buffer") 
   check_every_split(256, {0, 1, 8, 31, 32, 33, 127, 128, 129, 255, 256, 257, 1000, 0, 3, 0}, true);
 }
 
-TEST_CASE("tcp stream: every split of messages up to 3 MB around the transport's 1 MB buffer") {
+TEST_CASE("tcp stream: every split of messages up to 2 MB around the transport's 1 MB buffer") {
   const int64_t half = 1 << 19;
   check_every_split(size_t{1} << 20,
-                    {0, 8, 4096, half - 1, half, half + 1, 1 << 20, (3 << 20) + 5, 8}, false);
+                    {0, 8, 4096, half - 1, half, half + 1, 1 << 20, (2 << 20) + 5, 8}, false);
 }
 
 TEST_CASE("tcp stream: every header cut at every place, with the payloads cut too") {
