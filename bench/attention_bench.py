@@ -105,7 +105,7 @@ def main():
         H = args.heads
         q, k, v = (torch.randn(1, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         o = torch.full_like(q, float("nan"))
-        kern = mkc.compile(args.schedule, {"B": 1, "H": H, "S": S, "D": D, "CAUSAL": causal})
+        kern = mkc.compile(args.schedule, {"B": 1, "H": H, "S": S, "D": D, "MASK": causal + 1})
         for name, t in (("Q", q), ("K", k), ("V", v), ("O", o)):
             mkc.bind(kern, name, t)
         mkc.launch(kern, stream)
@@ -159,7 +159,7 @@ def main():
         ring = mkc.compile(args.ring, {"B": 1, "H": H, "S": S, "D": D})
         for name, t in (("Q", q), ("KV", kv), ("O", o)):
             mkc.bind(ring, name, t)
-        alone = mkc.compile(args.schedule, {"B": 1, "H": H, "S": S, "D": D, "CAUSAL": 0})
+        alone = mkc.compile(args.schedule, {"B": 1, "H": H, "S": S, "D": D, "MASK": 1})
         o2 = torch.full_like(q, float("nan"))
         for name, t in (("Q", q), ("K", kv[0]), ("V", kv[1]), ("O", o2)):
             mkc.bind(alone, name, t.contiguous() if name in ("K", "V") else t)

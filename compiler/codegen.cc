@@ -216,6 +216,7 @@ class Generator {
     const size_t n = v.shape.size();
     m.rows = v.shape[n - 2];
     m.cols = v.shape[n - 1];
+    m.dims = n == 3 ? 3 : 2;
     m.depth = n == 3 ? v.shape[0] : 1;
     m.box_rows = box_rows;
     m.box_cols = box_cols;
@@ -509,8 +510,8 @@ class Generator {
 }  // namespace
 
 bool TensorMapSpec::operator<(const TensorMapSpec& o) const {
-  return std::tie(rank, buffer, offset, dtype, rows, cols, depth, box_rows, box_cols) <
-         std::tie(o.rank, o.buffer, o.offset, o.dtype, o.rows, o.cols, o.depth, o.box_rows,
+  return std::tie(rank, buffer, offset, dtype, rows, cols, dims, depth, box_rows, box_cols) <
+         std::tie(o.rank, o.buffer, o.offset, o.dtype, o.rows, o.cols, o.dims, o.depth, o.box_rows,
                   o.box_cols);
 }
 

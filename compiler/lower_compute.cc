@@ -113,32 +113,71 @@ void Lowerer::lower_grouped_gemm(int i) {
 }
 
 // map_tile (abi::MapTileArgs): views {X1, ..., Xn, Y}; copy (abi::CopyArgs): views {X, Y}. Both
-// work on rows [r0, r1) of the leading dimension.
+// work on rows [r0, r1) of their views' leading dimension.
+//
+// With tile(rows, ...), a task takes `rows` rows of the tensor's leading dimension. Without it, a
+// task takes about 16K elements as one contiguous block: whole trailing dimensions and a range
+// of the first one that fits (dimensions before it one index at a time, like chunks), so that a
+// tensor whose leading dimension is short ([2, B, H, S, D]: ring attention's K,V) still spreads
+// over many CTAs; the device then sees the block as a flat 1-D view (its rows are elements), and
+// the boxes stay in the tensor's dimensions.
 void Lowerer::lower_rows(int i) {
   const OpInstance& op = s_.ops[i];
   const std::vector<int64_t>& shape = op.outputs[0].shape;
-  const int64_t row = product(shape, 1);
-  const int64_t rows_per =
-      op.tile.empty()
-          ? std::max<int64_t>(1, std::min<int64_t>(shape[0], 16384 / std::max<int64_t>(1, row)))
-          : op.tile[0];
   const bool is_map = op.kind == OpKind::kMap;
+  const auto args = [&](Task& t, int64_t r0, int64_t r1) {
+    if (is_map) {
+      set_args(t, abi::MapTileArgs{r0, r1, op.device_fn});
+    } else {
+      set_args(t, abi::CopyArgs{r0, r1});
+    }
+  };
+  if (!op.tile.empty()) {
+    const int64_t rows_per = op.tile[0];
+    for (int64_t r = 0; r < R(); ++r) {
+      for (int64_t r0 = 0; r0 < shape[0]; r0 += rows_per) {
+        const int64_t r1 = std::min(shape[0], r0 + rows_per);
+        Task t = task(i, r, is_map ? TaskKind::kMapTile : TaskKind::kCopy,
+                      fmt::format("{}.tile({})", name_of(op), r0 / rows_per));
+        for (const TensorUse& u : op.inputs) {
+          t.views.push_back(view(u, r));
+          t.reads.push_back(box(t.views.back(), {r0}, {r1}));
+        }
+        t.views.push_back(view(op.outputs[0], r));
+        t.writes.push_back(box(t.views.back(), {r0}, {r1}));
+        args(t, r0, r1);
+        emit(std::move(t));
+      }
+    }
+    return;
+  }
+  // The block: dims after `k` whole, up to `per` rows of dim k, one index of the dims before.
+  constexpr int64_t kTarget = 16384;
+  size_t k = shape.size() - 1;
+  while (k > 0 && product(shape, k) <= kTarget) --k;
+  const int64_t inner = product(shape, k + 1);
+  std::vector<int64_t> sizes(shape.size(), 1);
+  sizes[k] = std::max<int64_t>(1, std::min<int64_t>(shape[k], kTarget / std::max<int64_t>(1, inner)));
+  for (size_t d = k + 1; d < shape.size(); ++d) sizes[d] = shape[d];
+  const auto blocks = chunk_grid(shape, sizes);
   for (int64_t r = 0; r < R(); ++r) {
-    for (int64_t r0 = 0; r0 < shape[0]; r0 += rows_per) {
-      const int64_t r1 = std::min(shape[0], r0 + rows_per);
+    for (size_t c = 0; c < blocks.size(); ++c) {
+      const auto& [lo, hi] = blocks[c];
+      int64_t first = 0, count = 1;
+      for (size_t d = 0; d < shape.size(); ++d) {
+        first = first * shape[d] + lo[d];
+        count *= hi[d] - lo[d];
+      }
       Task t = task(i, r, is_map ? TaskKind::kMapTile : TaskKind::kCopy,
-                    fmt::format("{}.tile({})", name_of(op), r0 / rows_per));
-      for (const TensorUse& u : op.inputs) {
-        t.views.push_back(view(u, r));
-        t.reads.push_back(box(t.views.back(), {r0}, {r1}));
-      }
-      t.views.push_back(view(op.outputs[0], r));
-      t.writes.push_back(box(t.views.back(), {r0}, {r1}));
-      if (is_map) {
-        set_args(t, abi::MapTileArgs{r0, r1, op.device_fn});
-      } else {
-        set_args(t, abi::CopyArgs{r0, r1});
-      }
+                    fmt::format("{}.tile({})", name_of(op), c));
+      const auto flat = [&](const TensorUse& u, std::vector<Box>* boxes) {
+        const View v = view(u, r);
+        boxes->push_back(box(v, lo, hi));
+        t.views.push_back(View{v.rank, v.buffer, v.offset + first, {count}});
+      };
+      for (const TensorUse& u : op.inputs) flat(u, &t.reads);
+      flat(op.outputs[0], &t.writes);
+      args(t, 0, count);
       emit(std::move(t));
     }
   }

@@ -31,10 +31,11 @@ CUtensorMap encode_tensor_map(const Driver& d, CUdeviceptr base, const codegen::
   if ((s.cols * eb) % 16 != 0) throw bad("the row stride is not a multiple of 16 bytes");
   if (s.box_cols * eb > 128) throw bad("the box is wider than the 128-byte swizzle");
   if (s.box_rows < 1 || s.box_rows > 256 || s.rows < 1 || s.cols < 1) throw bad("bad extents");
-  if (s.depth < 1) throw bad("bad depth");
+  if (s.depth < 1 || (s.dims != 2 && s.dims != 3) || (s.dims == 2 && s.depth != 1))
+    throw bad("bad dimensions");
   // 2-D [rows][cols], or 3-D [depth][rows][cols] with boxes of one slice (a box never crosses
   // into the next slice: rows past a slice's end are zero-filled).
-  const cuuint32_t rank = s.depth > 1 ? 3 : 2;
+  const cuuint32_t rank = static_cast<cuuint32_t>(s.dims);
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(s.cols), static_cast<cuuint64_t>(s.rows),
                               static_cast<cuuint64_t>(s.depth)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(s.cols * eb),

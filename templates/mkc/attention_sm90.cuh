@@ -6,8 +6,8 @@
 // 128 keys (head dims 64 and 128, the same for Q, K and V):
 //   - warpgroup 0 is the producer: one thread loads the Q tile once, then each key block's K and V
 //     tiles into a ring of stages (two for D = 128, four for D = 64), K and V completing on their
-//     own mbarriers so that Q Kᵀ starts before V has landed. It runs on 40 registers
-//     (setmaxnreg), giving the consumers 232;
+//     own mbarriers so that Q Kᵀ starts before V has landed (with MKC_ATTN_SETMAXNREG it runs on
+//     40 registers, giving the consumers 232; see below);
 //   - warpgroups 1 and 2 each own 64 query rows. Per key block: S = Q Kᵀ (wgmma, A = Q and B = K
 //     both K-major in shared memory, 128-byte swizzle), the causal / ragged mask, the online
 //     softmax (row max across the quad, exp2 with the scale folded in, the running sum kept per
@@ -55,6 +55,12 @@ constexpr int kAttnBarOffset = 192;  // q_full, full_k[2], full_v[2], empty[2] .
 
 #if MKC_HAS_WGMMA
 
+// Register reallocation between the warpgroups is opt-in (MKC_ATTN_SETMAXNREG, an NVRTC -D): on
+// an H200 (2026-12-01) the head-dim-128 tile with it hung once a task had more key blocks than
+// stages, while head dim 64 and the tile without it were right; until that is understood every
+// warpgroup keeps the kernel's allocation (168 registers: the head-dim-128 consumers spill a
+// little).
+#ifdef MKC_ATTN_SETMAXNREG
 __device__ __forceinline__ void setmaxnreg_dec40() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
 }
@@ -68,6 +74,12 @@ __device__ __forceinline__ void setmaxnreg_inc168() {
 __device__ __forceinline__ void setmaxnreg_dec168() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 168;\n" ::: "memory");
 }
+#else
+__device__ __forceinline__ void setmaxnreg_dec40() {}
+__device__ __forceinline__ void setmaxnreg_inc232() {}
+__device__ __forceinline__ void setmaxnreg_inc168() {}
+__device__ __forceinline__ void setmaxnreg_dec168() {}
+#endif
 
 // 3-D TMA load of the box at (c0 = column, c1 = row, c2 = slice) into shared memory.
 __device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, int c0, int c1, int c2,
@@ -248,7 +260,15 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
       const int box = kk / 4, within = (kk % 4) * 32;
       const u64 da = smem_desc(q_smem + box * S::kQBoxBytes + w * 64 * 128 + within, 16, 1024);
       const u64 db = smem_desc(k_smem + box * S::kKBoxBytes + within, 16, 1024);
+#ifndef MKC_ATTN_SKIP_QK
       wgmma_qk<T>(sc, da, db, kk > 0);
+#else
+      (void)da;
+      (void)db;
+      if (kk == 0) {
+        for (int i = 0; i < kN / 2; ++i) sc[i] = 0.0f;
+      }
+#endif
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -307,7 +327,11 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
     for (int kk = 0; kk < kN / 16; ++kk) {
       // V N-major: 16 keys = 16 rows of 128 bytes down; 64-column boxes kKBoxBytes apart.
       const u64 db = smem_desc(v_smem + kk * 16 * 128, S::kKBoxBytes, 1024);
+#ifndef MKC_ATTN_SKIP_PV
       wgmma_pv<T, D>(o, p + 4 * kk, db);
+#else
+      (void)db;
+#endif
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -416,11 +440,14 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
           tma_load_3d(v_smem + b * S::kKBoxBytes, map_v, 64 * b, j * S::kBN, l, full_v + s);
       }
     }
+    // setmaxnreg is .sync.aligned: warp 0's lanes meet again (lane 0 ran the loads) first.
+    __syncwarp();
     setmaxnreg_inc168();
   } else {
     setmaxnreg_inc232();
     attention_consumer<T, TO, D>(a, v, at, nb, q_smem, ring, q_full, full_k, full_v, empty, nblocks,
                                  wg - 1, t);
+    __syncwarp();
     setmaxnreg_dec168();
   }
   __syncthreads();
