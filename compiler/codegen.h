@@ -36,9 +36,9 @@ struct TensorMapSpec {
   int64_t offset = 0;
   compiler::DType dtype = compiler::DType::kBf16;
   int64_t rows = 0, cols = 0;
-  int dims = 2;       // 2: [rows][cols]; 3: [depth][rows][cols] (boxes of one slice), the TMA
-                      // instruction the device code issues (a 3-D load needs a 3-D map, even
-                      // of one slice)
+  int dims = 2;  // 2: [rows][cols]; 3: [depth][rows][cols] (boxes of one slice), the TMA
+                 // instruction the device code issues (a 3-D load needs a 3-D map, even
+                 // of one slice)
   int64_t depth = 1;
   int box_rows = 0, box_cols = 0;
   bool operator<(const TensorMapSpec& o) const;

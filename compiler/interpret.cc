@@ -477,13 +477,15 @@ namespace {
 // skewed (about three draws in four go to the two hot experts 0 and 1, for as long as they are
 // free); or with every expert of the upper half empty (never drawn, when k <= experts / 2).
 void route_token(uint64_t key, int64_t experts, int64_t k, Routing routing, double* out) {
-  const int64_t pool = routing == Routing::kEmptyExperts && k <= experts / 2 ? experts / 2 : experts;
+  const int64_t pool =
+      routing == Routing::kEmptyExperts && k <= experts / 2 ? experts / 2 : experts;
   uint64_t draw = 0;
   for (int64_t j = 0; j < k; ++j) {
     for (;;) {
       const uint64_t h = mix64(key + 0x9e3779b97f4a7c15ull * ++draw);
       int64_t e = static_cast<int64_t>(h % static_cast<uint64_t>(pool));
-      if (routing == Routing::kSkewed && (h >> 40) % 4 != 0) e = static_cast<int64_t>((h >> 20) % 2);
+      if (routing == Routing::kSkewed && (h >> 40) % 4 != 0)
+        e = static_cast<int64_t>((h >> 20) % 2);
       bool fresh = true;
       for (int64_t i = 0; i < j && k <= experts; ++i) fresh = fresh && out[i] != e;
       // A hot expert already taken: the next draw (uniform three times in four, eventually).
@@ -522,7 +524,8 @@ InputFn random_inputs(const Plan& plan, uint64_t seed, Routing routing) {
       if (it != routes.end()) {
         // A routing table [tokens, k]: each token's k experts, distinct.
         const std::vector<int64_t>& shape = plan.buffers[b].shape;
-        const int64_t k = shape.size() > 1 ? shape[1] : 1, tokens = static_cast<int64_t>(v.size()) / k;
+        const int64_t k = shape.size() > 1 ? shape[1] : 1,
+                      tokens = static_cast<int64_t>(v.size()) / k;
         parallel_for(tokens, [&](int64_t t0, int64_t t1) {
           for (int64_t t = t0; t < t1; ++t)
             route_token(mix64(key + static_cast<uint64_t>(t) * 0x632be59bd9b4e019ull), it->second,

@@ -157,7 +157,8 @@ void Lowerer::lower_rows(int i) {
   while (k > 0 && product(shape, k) <= kTarget) --k;
   const int64_t inner = product(shape, k + 1);
   std::vector<int64_t> sizes(shape.size(), 1);
-  sizes[k] = std::max<int64_t>(1, std::min<int64_t>(shape[k], kTarget / std::max<int64_t>(1, inner)));
+  sizes[k] =
+      std::max<int64_t>(1, std::min<int64_t>(shape[k], kTarget / std::max<int64_t>(1, inner)));
   for (size_t d = k + 1; d < shape.size(); ++d) sizes[d] = shape[d];
   const auto blocks = chunk_grid(shape, sizes);
   for (int64_t r = 0; r < R(); ++r) {

@@ -83,7 +83,7 @@ TEST_CASE("every sample compiles to an sm_90a cubin without spills") {
     CHECK(out.registers > 0);
     const int budget = spill_budget(b->kernels[0]);
     CHECK_MESSAGE(out.spill_bytes <= budget, entry.path() << " spills " << out.spill_bytes
-                                                           << " bytes (budget " << budget << ")");
+                                                          << " bytes (budget " << budget << ")");
   }
   CHECK(samples >= 10);
 }
@@ -292,8 +292,7 @@ namespace {
 // otherwise, and the choice named in Generated::paths.
 TEST_CASE("attention: the tensor-core tile where it applies, with 3-D maps, named in the paths") {
   const auto schedule = [](int64_t d) {
-    return std::make_shared<dsl::SourceFile>(
-        "attn.mks", fmt::format(R"(
+    return std::make_shared<dsl::SourceFile>("attn.mks", fmt::format(R"(
 schedule attn {{
   input  Q : bf16[1, 1, 200, {0}]
   input  K : bf16[1, 1, 300, {0}]
@@ -302,7 +301,7 @@ schedule attn {{
   compute att = attention(Q, K, V -> O, causal = 1)
 }}
 )",
-                                d));
+                                                                     d));
   };
   for (int64_t d : {64, 128, 40}) {
     compiler::CheckOptions opts;
