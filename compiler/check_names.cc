@@ -118,151 +118,117 @@ bool Checker::depends_on_ranks(const Expr& e) const {
 }
 
 std::optional<int64_t> Checker::eval(const Expr& e, const EvalCtx& ctx) {
-  switch (e.kind) {
-    case Expr::Kind::kInt:
-      return e.int_value;
-    case Expr::Kind::kFloat:
+  // The checker's side of an evaluation: names resolve in the schedule's namespace, and every
+  // failure is a diagnostic at the part of the expression that failed.
+  class Scope final : public ExprScope {
+   public:
+    Scope(Checker& c, const EvalCtx& ctx) : c_(c), ctx_(ctx) {}
+    std::optional<int64_t> value_of(const Expr& e) override { return c_.name_value(e, ctx_); }
+    void failed(const Expr& e, EvalFailure f, int64_t a, int64_t b) override {
+      c_.eval_failed(e, f, a, b, ctx_);
+    }
+
+   private:
+    Checker& c_;
+    const EvalCtx& ctx_;
+  };
+  Scope scope(*this, ctx);
+  return evaluate(e, scope, ctx.exact_division);
+}
+
+std::optional<int64_t> Checker::name_value(const Expr& e, const EvalCtx& ctx) {
+  if (ctx.loops != nullptr) {
+    auto it = ctx.loops->find(e.name);
+    if (it != ctx.loops->end()) return it->second;
+  }
+  auto sit = symbols_.find(e.name);
+  if (sit == symbols_.end()) {
+    undefined(e.name, e.span, "name", {Symbol::kParam, Symbol::kRanks, Symbol::kLoopVar});
+    return std::nullopt;
+  }
+  const Symbol& sym = sit->second;
+  switch (sym.kind) {
+    case Symbol::kBuiltin:
+      if (!ctx.allow_rank) {
+        error(DiagKind::kRankDependent, e.span,
+              fmt::format("a {} cannot depend on `rank`", ctx.what))
+            .set_hint(
+                "every rank must agree on it; `rank` may appear in peer(...) and "
+                "rows_from(...)");
+        return std::nullopt;
+      }
+      return ctx.rank;
+    case Symbol::kRanks:
+      return sym.index == 0 ? out_.ranks : out_.ranks_per_node;
+    case Symbol::kParam: {
+      auto pit = out_.params.find(e.name);
+      if (pit == out_.params.end()) {
+        if (evaluating_params_) {
+          error(DiagKind::kUndefinedName, e.span,
+                fmt::format("parameter `{}` is used before its declaration", e.name))
+              .note(sym.span, "declared here");
+        }
+        return std::nullopt;
+      }
+      return pit->second;
+    }
+    case Symbol::kLoopVar:
+      error(DiagKind::kUndefinedName, e.span,
+            fmt::format("loop variable `{}` is used outside its loop", e.name))
+          .note(sym.span, "the loop is here");
+      return std::nullopt;
+    default:
+      error(DiagKind::kWrongKind, e.span,
+            fmt::format("`{}` is {}, not a number", e.name, symbol_kind_name(sym.kind)))
+          .note(sym.span, "declared here");
+      return std::nullopt;
+  }
+}
+
+void Checker::eval_failed(const Expr& e, EvalFailure f, int64_t a, int64_t b, const EvalCtx& ctx) {
+  switch (f) {
+    case EvalFailure::kDecimal:
       error(DiagKind::kBadArgument, e.span,
             fmt::format("a decimal number where an integer {} is needed", ctx.what));
-      return std::nullopt;
-    case Expr::Kind::kName: {
-      if (ctx.loops != nullptr) {
-        auto it = ctx.loops->find(e.name);
-        if (it != ctx.loops->end()) return it->second;
-      }
-      auto sit = symbols_.find(e.name);
-      if (sit == symbols_.end()) {
-        undefined(e.name, e.span, "name", {Symbol::kParam, Symbol::kRanks, Symbol::kLoopVar});
-        return std::nullopt;
-      }
-      const Symbol& sym = sit->second;
-      switch (sym.kind) {
-        case Symbol::kBuiltin:
-          if (!ctx.allow_rank) {
-            error(DiagKind::kRankDependent, e.span,
-                  fmt::format("a {} cannot depend on `rank`", ctx.what))
-                .set_hint(
-                    "every rank must agree on it; `rank` may appear in peer(...) and "
-                    "rows_from(...)");
-            return std::nullopt;
-          }
-          return ctx.rank;
-        case Symbol::kRanks:
-          return sym.index == 0 ? out_.ranks : out_.ranks_per_node;
-        case Symbol::kParam: {
-          auto pit = out_.params.find(e.name);
-          if (pit == out_.params.end()) {
-            if (evaluating_params_) {
-              error(DiagKind::kUndefinedName, e.span,
-                    fmt::format("parameter `{}` is used before its declaration", e.name))
-                  .note(sym.span, "declared here");
-            }
-            return std::nullopt;
-          }
-          return pit->second;
-        }
-        case Symbol::kLoopVar:
-          error(DiagKind::kUndefinedName, e.span,
-                fmt::format("loop variable `{}` is used outside its loop", e.name))
-              .note(sym.span, "the loop is here");
-          return std::nullopt;
-        default:
-          error(DiagKind::kWrongKind, e.span,
-                fmt::format("`{}` is {}, not a number", e.name, symbol_kind_name(sym.kind)))
-              .note(sym.span, "declared here");
-          return std::nullopt;
-      }
-    }
-    case Expr::Kind::kUnary: {
-      auto v = eval(e.args[0], ctx);
-      if (!v) return std::nullopt;
-      if (e.op == "!") return *v == 0 ? 1 : 0;
-      if (*v == INT64_MIN) {
-        error(DiagKind::kOverflow, e.span, "negation overflows 64 bits");
-        return std::nullopt;
-      }
-      return -*v;
-    }
-    case Expr::Kind::kCall: {
+      return;
+    case EvalFailure::kUnknownFunction: {
       static const std::vector<std::string> kFns = {"min", "max", "cdiv"};
-      if (std::find(kFns.begin(), kFns.end(), e.name) == kFns.end()) {
-        auto& d =
-            error(DiagKind::kUndefinedName, e.span, fmt::format("unknown function `{}`", e.name));
-        const std::string s = dsl::did_you_mean(e.name, kFns);
-        d.set_hint(s.empty() ? "expressions may call min(a, b), max(a, b) and cdiv(a, b)"
-                             : s.substr(1));
-        return std::nullopt;
-      }
-      if (e.args.size() != 2) {
-        error(DiagKind::kBadArgument, e.span,
-              fmt::format("`{}` takes 2 arguments, given {}", e.name, e.args.size()));
-        return std::nullopt;
-      }
-      auto a = eval(e.args[0], ctx);
-      auto b = eval(e.args[1], ctx);
-      if (!a || !b) return std::nullopt;
-      if (e.name == "min") return std::min(*a, *b);
-      if (e.name == "max") return std::max(*a, *b);
-      if (*b == 0) {
-        error(DiagKind::kDivisionByZero, e.span,
-              fmt::format("`{}` divides by zero{}", dsl::source_text(*file_, e.span), rn(e)));
-        return std::nullopt;
-      }
-      int64_t q = *a / *b;
-      if ((*a % *b != 0) && ((*a > 0) == (*b > 0))) ++q;
-      return q;
+      auto& d =
+          error(DiagKind::kUndefinedName, e.span, fmt::format("unknown function `{}`", e.name));
+      const std::string s = dsl::did_you_mean(e.name, kFns);
+      d.set_hint(s.empty() ? "expressions may call min(a, b), max(a, b) and cdiv(a, b)"
+                           : s.substr(1));
+      return;
     }
-    case Expr::Kind::kBinary: {
-      auto a = eval(e.args[0], ctx);
-      auto b = eval(e.args[1], ctx);
-      if (!a || !b) return std::nullopt;
-      int64_t r = 0;
-      const std::string& op = e.op;
-      const auto overflow = [&]() -> std::optional<int64_t> {
-        const std::string text = dsl::source_text(*file_, e.span);
-        const std::string values = fmt::format("{} {} {}", *a, op, *b);
-        error(DiagKind::kOverflow, e.span,
-              fmt::format("`{}`{} overflows 64 bits{}", text, text == values ? "" : " = " + values,
-                          rn(e)));
-        return std::nullopt;
-      };
-      if (op == "+") return __builtin_add_overflow(*a, *b, &r) ? overflow() : std::optional(r);
-      if (op == "-") return __builtin_sub_overflow(*a, *b, &r) ? overflow() : std::optional(r);
-      if (op == "*") return __builtin_mul_overflow(*a, *b, &r) ? overflow() : std::optional(r);
-      if (op == "/" || op == "%") {
-        if (*b == 0) {
-          error(DiagKind::kDivisionByZero, e.span,
-                fmt::format("`{}` divides by zero{}", dsl::source_text(*file_, e.span), rn(e)));
-          return std::nullopt;
-        }
-        if (*a == INT64_MIN && *b == -1) return overflow();
-        if (op == "%") {
-          // Modulo is always non-negative, so `(rank - 1) % R` names a rank.
-          int64_t m = *a % *b;
-          if (m < 0) m += *b < 0 ? -*b : *b;
-          return m;
-        }
-        if (ctx.exact_division && *a % *b != 0) {
-          error(DiagKind::kInexactDivision, e.span,
-                fmt::format("{} `{}` = {} / {} leaves a remainder{}", ctx.what,
-                            dsl::source_text(*file_, e.span), *a, *b, rn(e)))
-              .set_hint("choose sizes that divide evenly, or use cdiv(a, b) to round up");
-          return std::nullopt;
-        }
-        return *a / *b;
+    case EvalFailure::kArity:
+      error(DiagKind::kBadArgument, e.span,
+            fmt::format("`{}` takes 2 arguments, given {}", e.name, e.args.size()));
+      return;
+    case EvalFailure::kOverflow: {
+      if (e.kind == Expr::Kind::kUnary) {
+        error(DiagKind::kOverflow, e.span, "negation overflows 64 bits");
+        return;
       }
-      if (op == "<") return *a < *b;
-      if (op == "<=") return *a <= *b;
-      if (op == ">") return *a > *b;
-      if (op == ">=") return *a >= *b;
-      if (op == "==") return *a == *b;
-      if (op == "!=") return *a != *b;
-      if (op == "&&") return (*a != 0 && *b != 0) ? 1 : 0;
-      if (op == "||") return (*a != 0 || *b != 0) ? 1 : 0;
-      return std::nullopt;
+      const std::string text = dsl::source_text(*file_, e.span);
+      const std::string values = e.kind == Expr::Kind::kCall
+                                     ? fmt::format("{}({}, {})", e.name, a, b)
+                                     : fmt::format("{} {} {}", a, e.op, b);
+      error(DiagKind::kOverflow, e.span,
+            fmt::format("`{}`{} overflows 64 bits{}", text, text == values ? "" : " = " + values,
+                        rn(e)));
+      return;
     }
+    case EvalFailure::kDivisionByZero:
+      error(DiagKind::kDivisionByZero, e.span,
+            fmt::format("`{}` divides by zero{}", dsl::source_text(*file_, e.span), rn(e)));
+      return;
+    case EvalFailure::kInexactDivision:
+      error(DiagKind::kInexactDivision, e.span,
+            fmt::format("{} `{}` = {} / {} leaves a remainder{}", ctx.what,
+                        dsl::source_text(*file_, e.span), a, b, rn(e)))
+          .set_hint("choose sizes that divide evenly, or use cdiv(a, b) to round up");
+      return;
   }
-  return std::nullopt;
 }
 
 std::optional<int64_t> Checker::eval_positive(const Expr& e, EvalCtx ctx, const char* what,

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "compiler/check.h"
+#include "compiler/expr_eval.h"
 #include "compiler/program.h"
 #include "dsl/ast.h"
 #include "dsl/diagnostics.h"
@@ -122,7 +123,10 @@ class Checker {
   bool depends_on_ranks(const dsl::Expr& e) const;
 
   // ---- expressions (check_names.cc) ---------------------------------------------------------
+  // Evaluates `e` (compiler/expr_eval.h), reporting why it has no value where it has none.
   std::optional<int64_t> eval(const dsl::Expr& e, const EvalCtx& ctx);
+  std::optional<int64_t> name_value(const dsl::Expr& e, const EvalCtx& ctx);
+  void eval_failed(const dsl::Expr& e, EvalFailure f, int64_t a, int64_t b, const EvalCtx& ctx);
   // A positive size (shape dimension, tile, chunk, role count, parameter).
   std::optional<int64_t> eval_positive(const dsl::Expr& e, EvalCtx ctx, const char* what,
                                        const std::string& name = "");

@@ -140,7 +140,8 @@ struct CheckedSchedule {
 };
 
 // Evaluates an expression that survived checking for one rank (`rank` = that rank): params, the
-// world-size names and integer arithmetic. Peer indices are taken modulo the world size by the
+// world-size names and integer arithmetic, by the checker's own evaluator (compiler/expr_eval.h),
+// so the values are the ones the checker saw. Peer indices are taken modulo the world size by the
 // caller.
 int64_t evaluate(const dsl::Expr& e, int64_t rank, const CheckedSchedule& s);
 

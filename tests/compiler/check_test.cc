@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "compiler/expr_eval.h"
 #include "dsl/parser.h"
 
 namespace mkc::compiler {
@@ -181,6 +182,40 @@ TEST_CASE("peer indices are taken modulo R and may not divide by zero on any ran
     input X : f32[64] symmetric
     comm p = put(X -> peer(4 / rank).X) })");
   CHECK(bad.errors.find("[division-by-zero]") != std::string::npos);
+}
+
+TEST_CASE("the language's arithmetic: % is never negative, cdiv rounds up, overflow is reported") {
+  CHECK(apply_binary("%", -7, 3).value == 2);
+  CHECK(apply_binary("%", 7, -3).value == 1);
+  CHECK(apply_binary("%", -7, -3).value == 2);
+  CHECK(apply_binary("/", -7, 2).value == -3);
+  CHECK(apply_call("cdiv", 7, 2).value == 4);
+  CHECK(apply_call("cdiv", -7, 2).value == -3);
+  CHECK(apply_call("cdiv", -4, 2).value == -2);
+  CHECK(apply_call("cdiv", -7, -2).value == 4);
+  CHECK(apply_binary("/", INT64_MIN, -1).failure == EvalFailure::kOverflow);
+  CHECK(apply_binary("%", INT64_MIN, -1).failure == EvalFailure::kOverflow);
+  CHECK(apply_binary("*", INT64_MAX, 2).failure == EvalFailure::kOverflow);
+  CHECK(apply_binary("/", 1, 0).failure == EvalFailure::kDivisionByZero);
+  CHECK(apply_binary("/", 7, 2, true).failure == EvalFailure::kInexactDivision);
+  CHECK(apply_unary("-", INT64_MIN).failure == EvalFailure::kOverflow);
+  CHECK(apply_unary("!", 5).value == 0);
+}
+
+TEST_CASE("compiler::evaluate gives the values the checker saw, negative divisors included") {
+  // One evaluator for both: before, compiler::evaluate had its own `%` and cdiv, which disagreed
+  // with the checker's for negative operands (here -3 instead of -1 for rank 0).
+  CheckOptions opts;
+  opts.ranks = {2};
+  const Checked c = check_text(R"(schedule s { ranks R
+    input X : f32[64] symmetric
+    comm p = put(X -> peer(cdiv(rank - 4, 2) + 7 % (rank - 3)).X) })",
+                               opts);
+  REQUIRE_MESSAGE(c.errors.empty(), c.errors);
+  const CheckedSchedule& s = c.schedules[0];
+  const dsl::Expr& peer = s.ops[0].outputs[0].peer;
+  CHECK(evaluate(peer, 0, s) == -1);
+  CHECK(evaluate(peer, 1, s) == 0);
 }
 
 }  // namespace
