@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 
@@ -216,6 +217,29 @@ TEST_CASE("compiler::evaluate gives the values the checker saw, negative divisor
   const dsl::Expr& peer = s.ops[0].outputs[0].peer;
   CHECK(evaluate(peer, 0, s) == -1);
   CHECK(evaluate(peer, 1, s) == 0);
+}
+
+// Checks `text` and returns how long it took, in milliseconds.
+double timed_check(const std::string& text, Checked* out, CheckOptions opts = {}) {
+  const auto t0 = std::chrono::steady_clock::now();
+  *out = check_text(text, opts);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST_CASE("front end issue: a chain of 20,000 operators is a located error, not a stack overflow") {
+  std::string text = "schedule s {\n  param M = 1";
+  for (int i = 0; i < 20000; ++i) text += " + 0";
+  Checked c;
+  const double ms = timed_check(text + "\n}\n", &c);
+  CHECK(c.errors.find("t.mks:2:4107: error: expression more than 1024 operators deep "
+                      "[nesting-too-deep]") != std::string::npos);
+  CHECK(ms < 1000);
+  // An ordinary long sum is fine, and evaluates.
+  std::string sum = "schedule s { param M = 1";
+  for (int i = 0; i < 199; ++i) sum += " + 1";
+  const Checked ok = check_text(sum + "\n input X : f32[M] }");
+  REQUIRE_MESSAGE(ok.errors.empty(), ok.errors);
+  CHECK(ok.schedules[0].params.at("M") == 200);
 }
 
 }  // namespace

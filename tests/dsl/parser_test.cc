@@ -165,6 +165,35 @@ TEST_CASE("parser: deep nesting is an error, not a stack overflow") {
   CHECK(d2.all()[0].kind == DiagKind::kNestingTooDeep);
 }
 
+TEST_CASE("parser: a chain of operators is bounded by its height, not only by brackets") {
+  // 20,000 terms overflowed the stack of every later recursive walk (evaluation, copies, the
+  // JSON dump); any binary operator chains alike, and so do unary operators and calls.
+  for (const char* op : {" + ", " * ", " && ", " - ", " < "}) {
+    std::string chain = "schedule s { param M = 1";
+    for (int i = 0; i < 20000; ++i) chain += std::string(op) + "1";
+    Diagnostics d;
+    parse(src(chain + " }"), d);
+    REQUIRE_MESSAGE(d.has_errors(), op);
+    CHECK(d.all()[0].kind == DiagKind::kNestingTooDeep);
+    CHECK(d.all()[0].message == "expression more than 1024 operators deep");
+  }
+  // A sum at the limit parses, and its tree is as tall as it is long.
+  std::string sum = "schedule s { param M = 1";
+  for (int i = 1; i < kMaxExprHeight; ++i) sum += " + 1";
+  Diagnostics ok;
+  const Module m = parse(src(sum + " }"), ok);
+  REQUIRE_FALSE(ok.has_errors());
+  CHECK(std::get<ParamDecl>(m.schedules[0].items[0].node).value.height == kMaxExprHeight);
+  Diagnostics over;
+  parse(src(sum + " + 1 }"), over);
+  CHECK(over.has_errors());
+  // Heights add up through brackets and calls.
+  Diagnostics d;
+  const Module h = parse(src("schedule s { param M = -(1 + 2) * max(3, 4 + 5 * 6) }"), d);
+  REQUIRE_FALSE(d.has_errors());
+  CHECK(std::get<ParamDecl>(h.schedules[0].items[0].node).value.height == 5);
+}
+
 TEST_CASE("parser: empty and schedule-less files are errors") {
   Diagnostics d;
   parse(src(""), d);
