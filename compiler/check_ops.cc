@@ -452,7 +452,13 @@ bool Checker::check_allgather(OpCheck& check) {
   const TensorUse& x = inst->inputs[0];
   const TensorUse& y = inst->outputs[0];
   std::vector<int64_t> want = x.shape;
-  if (__builtin_mul_overflow(want[0], out_.ranks, &want[0])) return false;
+  if (__builtin_mul_overflow(want[0], out_.ranks, &want[0])) {
+    error(DiagKind::kOverflow, x.span,
+          fmt::format("allgather stacks the {} rows of `{}` from each of {} ranks, which "
+                      "overflows 64 bits",
+                      x.shape[0], dsl::source_text(*file_, x.span), out_.ranks));
+    return false;
+  }
   return same_dtype(x, y, op.op) &&
          want_shape(y, want,
                     "allgather's result (the ranks' parts stacked on the first dimension)") &&

@@ -39,8 +39,9 @@ Arith apply_binary(std::string_view op, int64_t a, int64_t b, bool exact_divisio
     if (a == INT64_MIN && b == -1) return failure(EvalFailure::kOverflow);
     if (op == "%") {
       // Modulo is always non-negative, so `(rank - 1) % R` names a rank.
+      // |b| does not fit 64 bits for b = INT64_MIN, so m is moved into [0, |b|) without it.
       int64_t m = a % b;
-      if (m < 0) m += b < 0 ? -b : b;
+      if (m < 0) m = b < 0 ? m - b : m + b;
       return value(m);
     }
     if (exact_division && a % b != 0) return failure(EvalFailure::kInexactDivision);
@@ -66,6 +67,7 @@ Arith apply_call(std::string_view fn, int64_t a, int64_t b) {
   if (fn == "max") return value(std::max(a, b));
   MKC_CHECK(fn == "cdiv", "unknown function `{}`", fn);
   if (b == 0) return failure(EvalFailure::kDivisionByZero);
+  if (a == INT64_MIN && b == -1) return failure(EvalFailure::kOverflow);
   int64_t q = a / b;
   if ((a % b != 0) && ((a > 0) == (b > 0))) ++q;
   return value(q);

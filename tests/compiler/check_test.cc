@@ -242,5 +242,29 @@ TEST_CASE("front end issue: a chain of 20,000 operators is a located error, not 
   CHECK(ok.schedules[0].params.at("M") == 200);
 }
 
+TEST_CASE("front end issue: arithmetic on the most negative integer is an error, not a crash") {
+  // cdiv(INT64_MIN, -1) died with SIGFPE.
+  const Checked c = check_text("schedule s { param M = cdiv(-9223372036854775807 - 1, -1) }");
+  CHECK(c.errors.find("`cdiv(-9223372036854775807 - 1, -1)` = cdiv(-9223372036854775808, -1) "
+                      "overflows 64 bits [overflow]") != std::string::npos);
+  const Checked d = check_text("schedule s { param M = (-9223372036854775807 - 1) / -1 }");
+  CHECK(d.errors.find("[overflow]") != std::string::npos);
+  const Checked n = check_text("schedule s { param M = -(-9223372036854775807 - 1) }");
+  CHECK(n.errors.find("negation overflows 64 bits [overflow]") != std::string::npos);
+  // `%` by the most negative integer is defined: |b| does not fit, the result does.
+  CHECK(apply_binary("%", -5, INT64_MIN).value == INT64_MAX - 4);
+  CHECK(apply_call("cdiv", INT64_MIN, -1).failure == EvalFailure::kOverflow);
+  CHECK(apply_call("cdiv", INT64_MIN, 1).value == INT64_MIN);
+  // allgather's result rows overflowed silently: the operation vanished without an error.
+  CheckOptions opts;
+  opts.ranks = {8};
+  const Checked g = check_text(R"(schedule s { ranks R
+    input  X : fp8_e4m3[2305843009213693952] symmetric
+    output Y : fp8_e4m3[16] symmetric
+    comm a = allgather(X -> Y) })",
+                               opts);
+  CHECK(g.errors.find("overflows 64 bits [overflow]") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace mkc::compiler
