@@ -34,10 +34,12 @@ bool Checker::run(CheckedSchedule* result) {
   // Declarations and operations are checked even after errors, so one run reports all of a
   // file's mistakes; a tensor that failed its own check is skipped silently where it is used.
   for (const dsl::Item& it : sched_.items) check_decl_item(it);
-  // Operations, loops unrolled (check_loops.cc, check_ops.cc, check_clauses.cc).
+  // Operations, loops unrolled within their budget (check_loops.cc, check_ops.cc,
+  // check_clauses.cc).
+  budget_loops();
   {
     LoopEnv env;
-    unroll(sched_.items, env, {});
+    unroll(sched_.items, env, {}, false);
     mark_first_and_last();
     // Dependencies, then the safety rules (check_deps.cc).
     resolve_deps();

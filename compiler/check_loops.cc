@@ -1,7 +1,18 @@
-// Loops: unrolling a schedule's items into operation instances, one per iteration of the loops
-// around an operation, with the loop variables bound. An empty loop still has its body checked
-// once, for names and kinds; items other than operations and loops inside a loop body are
-// reported once. Each instance opens or closes its declaration's sequence (mark_first_and_last).
+// Loops: the budget that bounds them, and unrolling a schedule's items into operation instances,
+// one per iteration of the loops around an operation, with the loop variables bound.
+//
+// The budget comes first (budget_loops) and expands nothing: it counts how many iterations each
+// loop runs in all (a nested loop once per iteration of the loops around it) and rejects any loop
+// past kMaxInstances before unroll() would spend time on it. A loop whose bounds do not use the
+// variables of the loops around it is counted once and multiplied; only one whose bounds do is
+// counted per enclosing iteration, and there are at most kMaxInstances of those, so the budget
+// costs at most kMaxInstances evaluations per loop whatever the bounds are.
+//
+// unroll() then walks every iteration. An empty loop still has its body checked once, for names
+// and kinds, and so has every loop inside such a body (once each, with its variable at its first
+// value), so checking dead code costs its size. Items other than operations and loops inside a
+// loop body are reported once. Each instance opens or closes its declaration's sequence
+// (mark_first_and_last).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,10 +22,136 @@
 namespace mkc::compiler {
 
 using dsl::DiagKind;
+using dsl::Expr;
 using dsl::Span;
 
+namespace {
+
+// Iterations of the half-open range [b, e), which may not fit int64_t (e - b overflows for
+// -9223372036854775807 .. 1).
+uint64_t trip_count(int64_t b, int64_t e) {
+  return e > b ? static_cast<uint64_t>(e) - static_cast<uint64_t>(b) : 0;
+}
+
+// The `loop v in a .. b` line of a loop, for messages.
+Span loop_header(const dsl::Loop& l) {
+  return Span{l.span.begin, std::max(l.end.span.end, l.var_span.end)};
+}
+
+bool mentions(const Expr& e, const std::string& name) {
+  if (e.kind == Expr::Kind::kName && e.name == name) return true;
+  for (const Expr& a : e.args) {
+    if (mentions(a, name)) return true;
+  }
+  return false;
+}
+
+// Whether the bounds of a loop among `items`, at any depth, use `var`.
+bool bounds_use(const std::vector<dsl::Item>& items, const std::string& var) {
+  for (const dsl::Item& it : items) {
+    const auto* l = std::get_if<dsl::Loop>(&it.node);
+    if (l == nullptr) continue;
+    if (mentions(l->begin, var) || mentions(l->end, var) || bounds_use(l->body, var)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void Checker::budget_loops() {
+  budget(sched_.items, {LoopRuns{LoopEnv{}, 1}}, nullptr, 1);
+}
+
+std::optional<std::pair<int64_t, int64_t>> Checker::quiet_bounds(const dsl::Loop& l,
+                                                                 const LoopEnv& env) {
+  // Bounds evaluated without diagnostics: where they have no value, unroll() evaluates them
+  // again and says why.
+  class Quiet final : public ExprScope {
+   public:
+    Quiet(Checker& c, const LoopEnv& env) : c_(c), env_(env) {}
+    std::optional<int64_t> value_of(const Expr& e) override {
+      auto it = env_.find(e.name);
+      if (it != env_.end()) return it->second;
+      auto p = c_.out_.params.find(e.name);
+      if (p != c_.out_.params.end()) return p->second;
+      auto s = c_.symbols_.find(e.name);
+      if (s != c_.symbols_.end() && s->second.kind == Symbol::kRanks)
+        return s->second.index == 0 ? c_.out_.ranks : c_.out_.ranks_per_node;
+      return std::nullopt;
+    }
+    void failed(const Expr&, EvalFailure, int64_t, int64_t) override {}
+
+   private:
+    Checker& c_;
+    const LoopEnv& env_;
+  };
+  Quiet q(*this, env);
+  const auto b = evaluate(l.begin, q);
+  const auto e = evaluate(l.end, q);
+  if (!b || !e) return std::nullopt;
+  return std::make_pair(*b, *e);
+}
+
+void Checker::budget(const std::vector<dsl::Item>& items, const std::vector<LoopRuns>& runs,
+                     const dsl::Loop* parent, uint64_t parent_total) {
+  for (const dsl::Item& it : items) {
+    const auto* l = std::get_if<dsl::Loop>(&it.node);
+    if (l == nullptr) continue;
+    // Each enclosing iteration's bounds; the trip counts are at most 2^64 and the weights at most
+    // kMaxInstances, so the total fits 128 bits.
+    std::vector<std::pair<int64_t, int64_t>> bounds(runs.size(), {0, 0});
+    unsigned __int128 total = 0;
+    for (size_t k = 0; k < runs.size(); ++k) {
+      if (auto b = quiet_bounds(*l, runs[k].env)) bounds[k] = *b;
+      total += static_cast<unsigned __int128>(trip_count(bounds[k].first, bounds[k].second)) *
+               runs[k].times;
+    }
+    if (total > static_cast<uint64_t>(kMaxInstances)) {
+      over_budget_.insert(l);
+      const std::string runs_text = total > UINT64_MAX
+                                        ? std::string("more than 18446744073709551615")
+                                        : std::to_string(static_cast<uint64_t>(total));
+      if (parent == nullptr) {
+        error(DiagKind::kParamRange, loop_header(*l),
+              fmt::format("loop `{}` runs {} iterations; at most {} are allowed", l->var, runs_text,
+                          kMaxInstances))
+            .set_hint("loops are unrolled at compile time; use fewer iterations");
+      } else {
+        error(DiagKind::kParamRange, loop_header(*l),
+              fmt::format("loop `{}` runs {} iterations in all inside loop `{}` ({} iterations); "
+                          "at most {} loop iterations are allowed",
+                          l->var, runs_text, parent->var, parent_total, kMaxInstances))
+            .note(loop_header(*parent), fmt::format("loop `{}` is here", parent->var))
+            .set_hint(
+                "a nested loop runs once per iteration of the loops around it, and loops are "
+                "unrolled at compile time; use fewer or shorter loops");
+      }
+      continue;
+    }
+    // The runs of the body: per iteration where an inner loop's bounds use this loop's variable,
+    // else one run per enclosing run, weighted by the trip count.
+    std::vector<LoopRuns> inner;
+    const bool per_iteration = bounds_use(l->body, l->var);
+    for (size_t k = 0; k < runs.size(); ++k) {
+      const auto [b, e] = bounds[k];
+      const uint64_t trips = trip_count(b, e);
+      if (trips == 0) continue;
+      if (!per_iteration) {
+        inner.push_back(LoopRuns{runs[k].env, runs[k].times * static_cast<int64_t>(trips)});
+        continue;
+      }
+      for (int64_t i = b; i < e; ++i) {
+        LoopEnv env = runs[k].env;
+        env[l->var] = i;
+        inner.push_back(LoopRuns{std::move(env), runs[k].times});
+      }
+    }
+    if (!inner.empty()) budget(l->body, inner, l, static_cast<uint64_t>(total));
+  }
+}
+
 void Checker::unroll(const std::vector<dsl::Item>& items, LoopEnv& env,
-                     std::vector<std::string> loop_vars) {
+                     std::vector<std::string> loop_vars, bool probe) {
   for (const dsl::Item& it : items) {
     if (diags_.full()) return;
     if (auto* op = std::get_if<dsl::OpDecl>(&it.node)) {
@@ -24,20 +161,17 @@ void Checker::unroll(const std::vector<dsl::Item>& items, LoopEnv& env,
       auto b = eval(l->begin, ctx);
       auto e = eval(l->end, ctx);
       if (!b || !e) continue;
-      if (*e - *b > kMaxInstances) {
-        error(DiagKind::kParamRange, l->span,
-              fmt::format("loop `{}` runs {} iterations; at most {} are allowed", l->var, *e - *b,
-                          kMaxInstances));
-        continue;
-      }
+      // Reported by budget_loops().
+      if (over_budget_.count(l)) continue;
       auto inner = loop_vars;
       inner.push_back(l->var);
-      if (*b >= *e) {
-        // An empty loop still has its body checked once, for names and kinds.
-        LoopEnv probe = env;
-        probe[l->var] = *b;
+      if (probe || *b >= *e) {
+        // An empty loop still has its body checked once, for names and kinds; so has a loop
+        // inside one, once. What the check makes is dropped.
+        LoopEnv probe_env = env;
+        probe_env[l->var] = *b;
         const size_t before = out_.ops.size();
-        unroll(l->body, probe, inner);
+        unroll(l->body, probe_env, inner, true);
         out_.ops.resize(before);
         pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
                                       [&](const PendingDeps& p) {
@@ -46,9 +180,17 @@ void Checker::unroll(const std::vector<dsl::Item>& items, LoopEnv& env,
                        pending_.end());
         continue;
       }
+      // budget_loops() counted these bounds for this iteration of the loops around, so this
+      // holds unless loop variables share a name (reported already); never run away.
+      if (trip_count(*b, *e) > static_cast<uint64_t>(kMaxInstances)) {
+        error(DiagKind::kParamRange, loop_header(*l),
+              fmt::format("loop `{}` runs {} iterations; at most {} are allowed", l->var,
+                          trip_count(*b, *e), kMaxInstances));
+        continue;
+      }
       for (int64_t i = *b; i < *e && !diags_.full(); ++i) {
         env[l->var] = i;
-        unroll(l->body, env, inner);
+        unroll(l->body, env, inner, false);
       }
       env.erase(l->var);
     } else if (!std::holds_alternative<dsl::OpDecl>(it.node) && !loop_vars.empty()) {

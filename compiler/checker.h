@@ -64,6 +64,13 @@ struct DeclInfo {
   std::vector<std::string> loop_vars;  // enclosing loop variables, outermost first
 };
 
+// Iterations of the loops around a loop body that the loop budget counts alike: the loop
+// variables its inner bounds need (others unbound) and how many iterations share them.
+struct LoopRuns {
+  LoopEnv env;
+  int64_t times = 1;
+};
+
 // A kept instance whose `after` clauses are resolved once every instance exists.
 struct PendingDeps {
   int instance;
@@ -142,8 +149,14 @@ class Checker {
   void check_roles(const std::vector<dsl::RoleDecl>& roles);
 
   // ---- loops (check_loops.cc) ---------------------------------------------------------------
-  void unroll(const std::vector<dsl::Item>& items, LoopEnv& env,
-              std::vector<std::string> loop_vars);
+  // Rejects every loop that would run more than kMaxInstances iterations in all, before unroll().
+  void budget_loops();
+  void budget(const std::vector<dsl::Item>& items, const std::vector<LoopRuns>& runs,
+              const dsl::Loop* parent, uint64_t parent_total);
+  std::optional<std::pair<int64_t, int64_t>> quiet_bounds(const dsl::Loop& l, const LoopEnv& env);
+  // `probe`: inside an empty loop, where every loop's body is checked once and then dropped.
+  void unroll(const std::vector<dsl::Item>& items, LoopEnv& env, std::vector<std::string> loop_vars,
+              bool probe);
   void mark_first_and_last();
 
   // ---- operations (check_ops.cc) ------------------------------------------------------------
@@ -205,6 +218,8 @@ class Checker {
   std::set<uint32_t> reported_ops_;
   std::set<uint32_t> reported_loop_items_;
   std::set<std::string> broken_tensors_;
+  // Loops budget_loops() rejected: unroll() skips them.
+  std::set<const dsl::Loop*> over_budget_;
   // Names whose value depends on the world size: the ranks symbols and the parameters and tensors
   // defined from them. Messages about them say which world size was checked.
   std::set<std::string> ranks_names_;

@@ -266,5 +266,63 @@ TEST_CASE("front end issue: arithmetic on the most negative integer is an error,
   CHECK(g.errors.find("overflows 64 bits [overflow]") != std::string::npos);
 }
 
+TEST_CASE("front end issue: a loop whose length overflows is rejected, not unrolled forever") {
+  Checked c;
+  const double ms = timed_check(R"(schedule s {
+  input X : f32[4] symmetric
+  loop i in -9223372036854775807 .. 1 { comm a = allreduce(X, sum) }
+})",
+                                &c);
+  CHECK(c.errors.find("t.mks:3:3: error: loop `i` runs 9223372036854775808 iterations; at most "
+                      "4096 are allowed [param-range]") != std::string::npos);
+  CHECK(ms < 1000);
+}
+
+TEST_CASE("front end issue: nested loops are counted before they are expanded") {
+  // Three nested loops of 1,000 took ten minutes to be rejected.
+  Checked c;
+  const double ms = timed_check(R"(schedule s {
+  input X : f32[4] symmetric
+  loop i in 0 .. 1000 {
+    loop j in 0 .. 1000 {
+      loop k in 0 .. 1000 { comm a = allreduce(X, sum) }
+    }
+  }
+})",
+                                &c);
+  CHECK(c.errors.find("t.mks:4:5: error: loop `j` runs 1000000 iterations in all inside loop `i` "
+                      "(1000 iterations); at most 4096 loop iterations are allowed "
+                      "[param-range]") != std::string::npos);
+  CHECK(c.errors.find("t.mks:3:3: note: loop `i` is here") != std::string::npos);
+  CHECK(ms < 1000);
+  // Bounds that use an outer loop's variable are counted per iteration, exactly: 64 triangles
+  // of 2,016 iterations in all fit.
+  const Checked tri = check_text(R"(schedule s {
+  input X : f32[64, 64] symmetric
+  loop i in 0 .. 64 {
+    loop j in 0 .. i { comm a = allreduce(X[j], sum) when(i == 63) after a[j - 1] }
+  }
+})");
+  CHECK_MESSAGE(tri.errors.empty(), tri.errors);
+  // And loops without operations count too: empty nests cost time to walk.
+  Checked empty;
+  const double empty_ms = timed_check(R"(schedule s {
+  loop i in 0 .. 100000 { loop j in 0 .. 100000 { loop k in 0 .. 100000 { } } }
+})",
+                                      &empty);
+  CHECK(empty.errors.find("loop `i` runs 100000 iterations; at most 4096 are allowed") !=
+        std::string::npos);
+  CHECK(empty_ms < 1000);
+  // Inside an empty loop every loop is checked once, however long.
+  Checked dead;
+  const double dead_ms = timed_check(R"(schedule s {
+  input X : f32[4] symmetric
+  loop i in 0 .. 0 { loop j in 0 .. 4000 { loop k in 0 .. 4000 { comm a = allreduce(X, sum) } } }
+})",
+                                     &dead);
+  CHECK_MESSAGE(dead.errors.empty(), dead.errors);
+  CHECK(dead_ms < 1000);
+}
+
 }  // namespace
 }  // namespace mkc::compiler
