@@ -1,12 +1,14 @@
 // Declarations: parameters (their defaults or -D overrides, each at least 1, evaluated in order so
 // a parameter may use only earlier ones), tensors (element type, shape, size in bytes), device
-// functions (the signature mkc can call) and CTA roles (known names, counts that fit the GPU).
+// functions (the signature mkc can call, a name the generated C++ can take, a body without
+// preprocessor directives) and CTA roles (known names, counts that fit the GPU).
 // A tensor that fails here is remembered as broken, so its uses later stay quiet.
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "compiler/checker.h"
+#include "compiler/device_code.h"
 #include "dsl/suggest.h"
 
 namespace mkc::compiler {
@@ -109,8 +111,29 @@ void Checker::check_device_fn(const dsl::DeviceFn& f) {
   out.name = f.name;
   out.body = f.body;
   out.body_span = f.body_span;
+  if (const char* why = reserved_device_name(f.name)) {
+    error(DiagKind::kDeviceFunction, f.name_span,
+          fmt::format("`{}` cannot name a device function: it is {}", f.name, why))
+        .set_hint(
+            "device functions become C++ functions of the generated kernel; pick another name");
+  }
+  if (auto at = find_preprocessor_directive(f.body)) {
+    const std::string_view rest = std::string_view(f.body).substr(*at);
+    const size_t end = std::min(rest.find('\n'), rest.size());
+    const uint32_t begin = f.body_span.begin + static_cast<uint32_t>(*at);
+    error(DiagKind::kDeviceFunction, Span{begin, begin + static_cast<uint32_t>(end)},
+          fmt::format("the body of device function `{}` holds a preprocessor directive", f.name))
+        .set_hint(
+            "the body is compiled as written, on the machine that compiles the kernel: "
+            "`#include`, `#define`, `#pragma` and `_Pragma` are not allowed in it");
+  }
   std::set<std::string> seen;
   for (const dsl::DeviceParam& p : f.params) {
+    if (const char* why = reserved_device_name(p.name)) {
+      error(DiagKind::kDeviceFunction, p.span,
+            fmt::format("`{}` cannot name a parameter of `{}`: it is {}", p.name, f.name, why))
+          .set_hint("pick another name");
+    }
     DType t{};
     if (!parse_dtype(p.type, &t) || dtype_is_fp8(t)) {
       error(DiagKind::kDeviceFunction, p.span,

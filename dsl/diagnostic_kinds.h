@@ -38,7 +38,8 @@
   X(kRankDependent, "rank-dependent", "`rank` used where a value must be the same on all ranks") \
   X(kRoleLimit, "role-limit", "CTA role counts a GPU cannot hold")                               \
   X(kUnknownParam, "unknown-param", "a -D override naming no parameter")                         \
-  X(kDeviceFunction, "device-function", "a device function whose signature mkc cannot use")
+  X(kDeviceFunction, "device-function",                                                          \
+    "a device function mkc cannot compile: signature, name or body")
 
 namespace mkc::dsl {
 

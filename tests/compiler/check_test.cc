@@ -3,11 +3,13 @@
 #include "compiler/check.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <filesystem>
 #include <string>
 
+#include "compiler/device_code.h"
 #include "compiler/expr_eval.h"
 #include "dsl/parser.h"
 
@@ -322,6 +324,53 @@ TEST_CASE("front end issue: nested loops are counted before they are expanded") 
                                      &dead);
   CHECK_MESSAGE(dead.errors.empty(), dead.errors);
   CHECK(dead_ms < 1000);
+}
+
+TEST_CASE("front end issue: device functions cannot include files or take reserved names") {
+  const Checked inc = check_text(R"(schedule s {
+  device leak(x: f32) -> f32 {
+#include "/etc/passwd"
+    return x;
+  }
+})");
+  CHECK(inc.errors.find("t.mks:3:1: error: the body of device function `leak` holds a "
+                        "preprocessor directive [device-function]") != std::string::npos);
+  for (const char* name : {"float", "return", "main", "mkc", "mkc_fn_x", "threadIdx", "expf",
+                           "__half", "f32", "bf16", "int4", "kTasks"}) {
+    const Checked c =
+        check_text(fmt::format("schedule s {{ device {}(x: f32) -> f32 {{ return x; }} }}", name));
+    CHECK_MESSAGE(
+        c.errors.find(fmt::format("`{}` cannot name a device function", name)) != std::string::npos,
+        name);
+  }
+  const Checked param = check_text("schedule s { device f(int: f32) -> f32 { return 1.0f; } }");
+  CHECK(param.errors.find("`int` cannot name a parameter of `f`: it is a C++ keyword") !=
+        std::string::npos);
+  const Checked fine = check_text(R"(schedule s {
+  device gelu(x: f32) -> f32 {
+    // a `#` in a comment, "# in a string" and x#y are not directives
+    return 0.5f * x * (1.0f + tanhf(0.7978845608f * x)); /* # */
+  }
+})");
+  CHECK_MESSAGE(fine.errors.empty(), fine.errors);
+}
+
+TEST_CASE("preprocessor directives are found however they are spelled") {
+  CHECK(find_preprocessor_directive("return x;") == std::nullopt);
+  CHECK(find_preprocessor_directive("#include <x>") == 0u);
+  CHECK(find_preprocessor_directive("  return x;\n  #define X 1\n") == 14u);
+  CHECK(find_preprocessor_directive("x;\n/* a */ /* b\n */ #pragma once") == 20u);
+  CHECK(find_preprocessor_directive("x;\n%:include <x>") == 3u);
+  // A trigraph (split so this file has none).
+  CHECK(find_preprocessor_directive("x;\n?\?=include <x>") == 3u);
+  CHECK(find_preprocessor_directive("x;\n\\\n#include <x>") == 5u);
+  CHECK(find_preprocessor_directive("x;\n#\\\ninclude <x>") == 3u);
+  CHECK(find_preprocessor_directive("return _Pragma(\"once\") x;") == 7u);
+  CHECK(find_preprocessor_directive("return my_Pragma + _Pragmatic;") == std::nullopt);
+  CHECK(find_preprocessor_directive("x; // #include <x>\n") == std::nullopt);
+  CHECK(find_preprocessor_directive("x = a // \\\n#include <x>\n") == std::nullopt);
+  CHECK(reserved_device_name("gelu") == nullptr);
+  CHECK(reserved_device_name("silu_") == nullptr);
 }
 
 }  // namespace
