@@ -5,9 +5,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <set>
 
 #include "compiler/checker.h"
+#include "dsl/lexer.h"
 #include "support/error.h"
 
 namespace mkc::compiler {
@@ -49,6 +52,27 @@ bool Checker::run(CheckedSchedule* result) {
   if (diags_.error_count() != errors_before) return false;
   *result = std::move(out_);
   return true;
+}
+
+void add_define(std::string_view text, CheckOptions* options) {
+  const size_t eq = text.find('=');
+  const std::string name(text.substr(0, eq));
+  if (eq == std::string_view::npos || name.empty()) {
+    throw UserError(fmt::format("-D {}: expected -D NAME=VALUE, e.g. -D M=4096", text));
+  }
+  const bool ident = (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') &&
+                     std::all_of(name.begin(), name.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                     });
+  if (!ident) throw UserError(fmt::format("-D {}: `{}` is not a parameter name", text, name));
+  std::string why;
+  const std::optional<int64_t> value = dsl::parse_integer_value(text.substr(eq + 1), &why);
+  if (!value) throw UserError(fmt::format("-D {}: {}", text, why));
+  const auto [it, inserted] = options->defines.emplace(name, *value);
+  if (!inserted) {
+    throw UserError(fmt::format("-D {}: `{}` is set already (-D {}={}); give each parameter once",
+                                text, name, name, it->second));
+  }
 }
 
 std::vector<CheckedSchedule> check(const dsl::Module& module, const CheckOptions& options,

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/program.h"
@@ -31,6 +32,12 @@ struct CheckOptions {
   // Multiprocessors of the target GPU: role counts must fit (one persistent CTA per SM).
   int64_t sms = 132;
 };
+
+// Adds the override `text` (what follows -D: "NAME=VALUE") to `options`. VALUE is an integer as
+// the language writes it (4096, 4_096, 0x1000; dsl::parse_integer_value). Throws UserError, with
+// the text and the reason, when it is not NAME=VALUE, when VALUE is not such an integer or does
+// not fit 64 bits, and when NAME is set already: a repeated -D is a mistake, not "last wins".
+void add_define(std::string_view text, CheckOptions* options);
 
 // Checks every schedule of `module`; returns them checked for the last world size tried (empty
 // when there were errors). Diagnostics go to `diags`.

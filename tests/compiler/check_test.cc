@@ -12,6 +12,7 @@
 #include "compiler/device_code.h"
 #include "compiler/expr_eval.h"
 #include "dsl/parser.h"
+#include "support/error.h"
 
 namespace mkc::compiler {
 namespace {
@@ -371,6 +372,34 @@ TEST_CASE("preprocessor directives are found however they are spelled") {
   CHECK(find_preprocessor_directive("x = a // \\\n#include <x>\n") == std::nullopt);
   CHECK(reserved_device_name("gelu") == nullptr);
   CHECK(reserved_device_name("silu_") == nullptr);
+}
+
+TEST_CASE("-D values follow the language's integer rules, and a repeated -D is an error") {
+  CheckOptions opts;
+  add_define("M=0x10", &opts);
+  add_define("N=4_096", &opts);
+  CHECK(opts.defines.at("M") == 16);
+  CHECK(opts.defines.at("N") == 4096);
+  const auto message = [&](const char* text) {
+    try {
+      add_define(text, &opts);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message("M=32") == "-D M=32: `M` is set already (-D M=16); give each parameter once");
+  CHECK(message("K=abc") == "-D K=abc: `abc` is not an integer (write 4096, 4_096 or 0x1000)");
+  CHECK(message("K=99999999999999999999") ==
+        "-D K=99999999999999999999: `99999999999999999999` is out of range: integers must fit "
+        "in 64 bits");
+  CHECK(message("K") == "-D K: expected -D NAME=VALUE, e.g. -D M=4096");
+  CHECK(message("=4") == "-D =4: expected -D NAME=VALUE, e.g. -D M=4096");
+  CHECK(message("1K=4") == "-D 1K=4: `1K` is not a parameter name");
+  CHECK(opts.defines.size() == 2);
+  // The values reach the checker.
+  const Checked c = check_file("samples/allreduce.mks", opts);
+  CHECK(c.errors.find("-D M=16: schedule `allreduce` has no parameter `M`") != std::string::npos);
 }
 
 }  // namespace
