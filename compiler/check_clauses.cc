@@ -84,6 +84,7 @@ bool Checker::check_clauses(const dsl::OpDecl& op, OpKind kind, const LoopEnv& e
       if (!eval_for_all_ranks(c.args[0], env, "row block")) return false;
       inst->has_rows_from = true;
       inst->rows_from = c.args[0];
+      bind_loop_vars(&inst->rows_from, env);
     } else if (c.name == "algo") {
       if (kind != OpKind::kAllReduce && kind != OpKind::kAllGather &&
           kind != OpKind::kReduceScatter && kind != OpKind::kAllToAll) {

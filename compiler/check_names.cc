@@ -256,4 +256,16 @@ bool Checker::eval_for_all_ranks(const Expr& e, const LoopEnv& env, const char* 
   return true;
 }
 
+void bind_loop_vars(Expr* e, const LoopEnv& env) {
+  if (e->kind == Expr::Kind::kName) {
+    auto it = env.find(e->name);
+    if (it == env.end()) return;
+    e->kind = Expr::Kind::kInt;
+    e->int_value = it->second;
+    e->name.clear();
+    return;
+  }
+  for (Expr& a : e->args) bind_loop_vars(&a, env);
+}
+
 }  // namespace mkc::compiler

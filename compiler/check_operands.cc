@@ -71,6 +71,7 @@ bool Checker::tensor_operand(const Operand& o, const LoopEnv& env, TensorUse* us
   if (o.kind == Operand::Kind::kPeerTensor) {
     use->on_peer = true;
     use->peer = o.peer;
+    bind_loop_vars(&use->peer, env);
     if (!eval_for_all_ranks(o.peer, env, "peer index")) return false;
   }
   return true;

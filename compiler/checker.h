@@ -77,6 +77,10 @@ struct PendingDeps {
   LoopEnv env;
 };
 
+// Replaces the loop variables of `env` in `e` by their values. An expression the checked schedule
+// keeps (a peer index, rows_from) is evaluated after checking, where the loops are unrolled.
+void bind_loop_vars(dsl::Expr* e, const LoopEnv& env);
+
 // What one operation kind's rule works on: the declaration, the loop variables' values and the
 // instance being built.
 struct OpCheck {

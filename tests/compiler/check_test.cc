@@ -402,5 +402,20 @@ TEST_CASE("-D values follow the language's integer rules, and a repeated -D is a
   CHECK(c.errors.find("-D M=16: schedule `allreduce` has no parameter `M`") != std::string::npos);
 }
 
+TEST_CASE("a peer index that uses a loop variable is kept with the variable's value") {
+  // compiler::evaluate saw `i` after unrolling and stopped with an internal error.
+  CheckOptions opts;
+  opts.ranks = {2};
+  const Checked c = check_text(R"(schedule s { ranks R
+    input  X : f32[64] symmetric
+    output Y : f32[4, 64] symmetric
+    loop i in 0 .. 4 { comm p = put(X -> peer(rank + i).Y[i]) } })",
+                               opts);
+  REQUIRE_MESSAGE(c.errors.empty(), c.errors);
+  const CheckedSchedule& s = c.schedules[0];
+  REQUIRE(s.ops.size() == 4);
+  CHECK(evaluate(s.ops[3].outputs[0].peer, 1, s) == 4);
+}
+
 }  // namespace
 }  // namespace mkc::compiler
