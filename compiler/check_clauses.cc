@@ -1,9 +1,9 @@
 // Clauses: what follows an operation's arguments. `tile` (compute) and `chunk` (comm) cut it into
-// tasks and must fit the operation (GEMM tiles on the tensor cores' grid, chunks over the
-// tensor that travels); `rows_from` orders a GEMM's row blocks and may differ between ranks;
-// `algo` picks a collective's algorithm. `when` is read by instantiate() and `after` by
-// resolve_deps() (check_deps.cc); here they are only accepted. A clause may be given once, except
-// `after`.
+// tasks and must fit the operation: GEMM tiles on the tensor cores' grid, chunks over the
+// trailing dimensions of the tensor that travels (the last chunk along a dimension may be
+// partial). `rows_from` orders a GEMM's row blocks and may differ between ranks; `algo` picks a
+// collective's algorithm. `when` is read by instantiate() and `after` by resolve_deps()
+// (check_deps.cc); here they are only accepted. A clause may be given once, except `after`.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -161,18 +161,8 @@ bool Checker::check_chunk(const dsl::Clause& c, OpKind kind, const OpInstance& i
                       dsl::source_text(*file_, u->span), u->shape.size()));
     return false;
   }
-  // Sizes align with the trailing dimensions; chunks must cut them exactly.
-  const size_t off = u->shape.size() - sizes.size();
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const int64_t dim = u->shape[off + i];
-    if (dim % sizes[i] != 0) {
-      error(DiagKind::kTileDivisibility, c.args[i].span,
-            fmt::format("chunk size {} does not divide dimension {} of `{}` ({}){}", sizes[i],
-                        off + i, dsl::source_text(*file_, u->span), dim, rn({u->tensor})))
-          .set_hint("chunks cut a tensor exactly; pick a divisor of the dimension");
-      return false;
-    }
-  }
+  // Sizes align with the trailing dimensions. They need not divide them: the last chunk along a
+  // dimension is partial, like the last GEMM tile, and a size past the dimension is one chunk.
   return true;
 }
 

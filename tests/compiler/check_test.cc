@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "compiler/device_code.h"
@@ -415,6 +416,45 @@ TEST_CASE("a peer index that uses a loop variable is kept with the variable's va
   const CheckedSchedule& s = c.schedules[0];
   REQUIRE(s.ops.size() == 4);
   CHECK(evaluate(s.ops[3].outputs[0].peer, 1, s) == 4);
+}
+
+TEST_CASE("chunks need not divide the tensor: the last chunk of a dimension is partial") {
+  struct Case {
+    const char* file;
+    std::map<std::string, int64_t> defines;
+    int64_t ranks;
+  };
+  const Case cases[] = {
+      {"samples/gemm_allreduce.mks", {{"M", 1000}, {"N", 3000}, {"K", 520}}, 2},
+      {"samples/allreduce.mks", {{"N", 1000}}, 1},
+      {"samples/ring_attention.mks", {{"S", 3000}}, 2},
+  };
+  for (const Case& k : cases) {
+    CheckOptions opts;
+    opts.defines = k.defines;
+    opts.ranks = {k.ranks};
+    const Checked c = check_file(k.file, opts);
+    CHECK_MESSAGE(c.errors.empty(), k.file << ":\n" << c.errors);
+  }
+  // The sizes are kept as written; a size past its dimension is one chunk.
+  CheckOptions opts;
+  opts.defines = {{"N", 1000}};
+  const Checked c = check_file("samples/allreduce.mks", opts);
+  REQUIRE(c.schedules.size() == 1);
+  CHECK(find(c.schedules[0], "ar")->chunk == std::vector<int64_t>{65536});
+  // Sizes must still be positive and no more than the tensor's dimensions.
+  const auto with_chunk = [](const char* chunk) {
+    return check_text(fmt::format(
+        "schedule s {{ input X : f32[100, 30] symmetric\n comm a = allreduce(X, sum) {} }}",
+        chunk));
+  };
+  CHECK(with_chunk("chunk(0, 7)")
+            .errors.find("chunk size `0` is 0; it must be at least 1 [param-range]") !=
+        std::string::npos);
+  CHECK(with_chunk("chunk(1, 7, 7)")
+            .errors.find("chunk has 3 sizes, but `X` has 2 dimensions [bad-argument]") !=
+        std::string::npos);
+  CHECK(with_chunk("chunk(33, 7)").errors.empty());
 }
 
 }  // namespace
