@@ -11,6 +11,7 @@
 
 #include "compiler/checker.h"
 #include "dsl/lexer.h"
+#include "support/check.h"
 #include "support/error.h"
 
 namespace mkc::compiler {
@@ -39,10 +40,14 @@ bool Checker::run(CheckedSchedule* result) {
   for (const dsl::Item& it : sched_.items) check_decl_item(it);
   // Operations, loops unrolled within their budget (check_loops.cc, check_ops.cc,
   // check_clauses.cc).
-  budget_loops();
+  check_budget();
   {
     LoopEnv env;
     unroll(sched_.items, env, {}, false);
+    MKC_CHECK(diags_.error_count() != errors_before ||
+                  out_.ops.size() <= static_cast<size_t>(instance_bound_),
+              "{} instances unrolled, past the bound of {} proved before", out_.ops.size(),
+              instance_bound_);
     mark_first_and_last();
     // Dependencies, then the safety rules (check_deps.cc).
     resolve_deps();

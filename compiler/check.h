@@ -22,6 +22,13 @@
 
 namespace mkc::compiler {
 
+// What checking proves of every schedule it accepts, before anything is unrolled, so that no
+// input makes checking (or what follows it) slow: each loop runs at most kMaxLoopIterations
+// iterations in all (a nested loop once per iteration of the loops around it), and a schedule
+// unrolls to at most kMaxOpInstances operation instances, those `when` switches off included.
+inline constexpr int64_t kMaxLoopIterations = 4096;
+inline constexpr int64_t kMaxOpInstances = 4096;
+
 struct CheckOptions {
   // World sizes to check; empty: {1, 2, 4, 8}.
   std::vector<int64_t> ranks;

@@ -1,12 +1,15 @@
 // Loops: the budget that bounds them, and unrolling a schedule's items into operation instances,
 // one per iteration of the loops around an operation, with the loop variables bound.
 //
-// The budget comes first (budget_loops) and expands nothing: it counts how many iterations each
-// loop runs in all (a nested loop once per iteration of the loops around it) and rejects any loop
-// past kMaxInstances before unroll() would spend time on it. A loop whose bounds do not use the
+// The budget comes first (check_budget) and expands nothing. It counts how many iterations each
+// loop runs in all (a nested loop once per iteration of the loops around it) and how many
+// operation instances the schedule unrolls to (those `when` switches off included, since each is
+// checked), and rejects a loop past kMaxLoopIterations, or one that takes the schedule past
+// kMaxOpInstances, before unroll() would spend time on it. A loop whose bounds do not use the
 // variables of the loops around it is counted once and multiplied; only one whose bounds do is
-// counted per enclosing iteration, and there are at most kMaxInstances of those, so the budget
-// costs at most kMaxInstances evaluations per loop whatever the bounds are.
+// counted per enclosing iteration, and there are at most kMaxLoopIterations of those, so the
+// budget costs at most kMaxLoopIterations evaluations per loop whatever the bounds are, and the
+// bound it proves is exact.
 //
 // unroll() then walks every iteration. An empty loop still has its body checked once, for names
 // and kinds, and so has every loop inside such a body (once each, with its variable at its first
@@ -58,8 +61,42 @@ bool bounds_use(const std::vector<dsl::Item>& items, const std::string& var) {
 
 }  // namespace
 
-void Checker::budget_loops() {
-  budget(sched_.items, {LoopRuns{LoopEnv{}, 1}}, nullptr, 1);
+void Checker::check_budget() {
+  const std::vector<LoopRuns> once = {LoopRuns{LoopEnv{}, 1}};
+  uint64_t total = 0;
+  bool reported_op = false;
+  for (const dsl::Item& it : sched_.items) {
+    const uint64_t n = budget_item(it, once, nullptr, 1);
+    if (total + n <= static_cast<uint64_t>(kMaxOpInstances)) {
+      total += n;
+      continue;
+    }
+    if (const auto* l = std::get_if<dsl::Loop>(&it.node)) {
+      over_budget_.insert(l);
+      error(DiagKind::kParamRange, loop_header(*l),
+            fmt::format("loop `{}` unrolls to {} operation instances{}; a schedule unrolls to at "
+                        "most {}",
+                        l->var, n,
+                        total == 0 ? std::string()
+                                   : fmt::format(", {} with the {} before it", total + n, total),
+                        kMaxOpInstances))
+          .set_hint(
+              "each iteration instantiates every operation of the body, those `when` switches "
+              "off included; use fewer iterations or fewer operations");
+    } else if (const auto* op = std::get_if<dsl::OpDecl>(&it.node); op && !reported_op) {
+      reported_op = true;
+      error(DiagKind::kParamRange, op->span,
+            fmt::format("more than {} operation instances after unrolling loops", kMaxOpInstances));
+    }
+  }
+  instance_bound_ = total;
+}
+
+uint64_t Checker::budget(const std::vector<dsl::Item>& items, const std::vector<LoopRuns>& runs,
+                         const dsl::Loop* parent, uint64_t parent_total) {
+  uint64_t instances = 0;
+  for (const dsl::Item& it : items) instances += budget_item(it, runs, parent, parent_total);
+  return instances;
 }
 
 std::optional<std::pair<int64_t, int64_t>> Checker::quiet_bounds(const dsl::Loop& l,
@@ -92,62 +129,65 @@ std::optional<std::pair<int64_t, int64_t>> Checker::quiet_bounds(const dsl::Loop
   return std::make_pair(*b, *e);
 }
 
-void Checker::budget(const std::vector<dsl::Item>& items, const std::vector<LoopRuns>& runs,
-                     const dsl::Loop* parent, uint64_t parent_total) {
-  for (const dsl::Item& it : items) {
-    const auto* l = std::get_if<dsl::Loop>(&it.node);
-    if (l == nullptr) continue;
-    // Each enclosing iteration's bounds; the trip counts are at most 2^64 and the weights at most
-    // kMaxInstances, so the total fits 128 bits.
-    std::vector<std::pair<int64_t, int64_t>> bounds(runs.size(), {0, 0});
-    unsigned __int128 total = 0;
-    for (size_t k = 0; k < runs.size(); ++k) {
-      if (auto b = quiet_bounds(*l, runs[k].env)) bounds[k] = *b;
-      total += static_cast<unsigned __int128>(trip_count(bounds[k].first, bounds[k].second)) *
-               runs[k].times;
+uint64_t Checker::budget_item(const dsl::Item& it, const std::vector<LoopRuns>& runs,
+                              const dsl::Loop* parent, uint64_t parent_total) {
+  // An operation is instantiated once per run of the loops around it.
+  if (std::holds_alternative<dsl::OpDecl>(it.node)) {
+    uint64_t n = 0;
+    for (const LoopRuns& r : runs) n += static_cast<uint64_t>(r.times);
+    return n;
+  }
+  const auto* l = std::get_if<dsl::Loop>(&it.node);
+  if (l == nullptr) return 0;
+  // Each enclosing iteration's bounds; the trip counts are below 2^64 and the weights at most
+  // kMaxLoopIterations, so the total fits 128 bits.
+  std::vector<std::pair<int64_t, int64_t>> bounds(runs.size(), {0, 0});
+  unsigned __int128 total = 0;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    if (auto b = quiet_bounds(*l, runs[k].env)) bounds[k] = *b;
+    total += static_cast<unsigned __int128>(trip_count(bounds[k].first, bounds[k].second)) *
+             runs[k].times;
+  }
+  if (total > static_cast<uint64_t>(kMaxLoopIterations)) {
+    over_budget_.insert(l);
+    const std::string runs_text = total > UINT64_MAX ? std::string("more than 18446744073709551615")
+                                                     : std::to_string(static_cast<uint64_t>(total));
+    if (parent == nullptr) {
+      error(DiagKind::kParamRange, loop_header(*l),
+            fmt::format("loop `{}` runs {} iterations; at most {} are allowed", l->var, runs_text,
+                        kMaxLoopIterations))
+          .set_hint("loops are unrolled at compile time; use fewer iterations");
+    } else {
+      error(DiagKind::kParamRange, loop_header(*l),
+            fmt::format("loop `{}` runs {} iterations in all inside loop `{}` ({} iterations); "
+                        "at most {} loop iterations are allowed",
+                        l->var, runs_text, parent->var, parent_total, kMaxLoopIterations))
+          .note(loop_header(*parent), fmt::format("loop `{}` is here", parent->var))
+          .set_hint(
+              "a nested loop runs once per iteration of the loops around it, and loops are "
+              "unrolled at compile time; use fewer or shorter loops");
     }
-    if (total > static_cast<uint64_t>(kMaxInstances)) {
-      over_budget_.insert(l);
-      const std::string runs_text = total > UINT64_MAX
-                                        ? std::string("more than 18446744073709551615")
-                                        : std::to_string(static_cast<uint64_t>(total));
-      if (parent == nullptr) {
-        error(DiagKind::kParamRange, loop_header(*l),
-              fmt::format("loop `{}` runs {} iterations; at most {} are allowed", l->var, runs_text,
-                          kMaxInstances))
-            .set_hint("loops are unrolled at compile time; use fewer iterations");
-      } else {
-        error(DiagKind::kParamRange, loop_header(*l),
-              fmt::format("loop `{}` runs {} iterations in all inside loop `{}` ({} iterations); "
-                          "at most {} loop iterations are allowed",
-                          l->var, runs_text, parent->var, parent_total, kMaxInstances))
-            .note(loop_header(*parent), fmt::format("loop `{}` is here", parent->var))
-            .set_hint(
-                "a nested loop runs once per iteration of the loops around it, and loops are "
-                "unrolled at compile time; use fewer or shorter loops");
-      }
+    return 0;
+  }
+  // The runs of the body: per iteration where an inner loop's bounds use this loop's variable,
+  // else one run per enclosing run, weighted by the trip count.
+  std::vector<LoopRuns> inner;
+  const bool per_iteration = bounds_use(l->body, l->var);
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const auto [b, e] = bounds[k];
+    const uint64_t trips = trip_count(b, e);
+    if (trips == 0) continue;
+    if (!per_iteration) {
+      inner.push_back(LoopRuns{runs[k].env, runs[k].times * static_cast<int64_t>(trips)});
       continue;
     }
-    // The runs of the body: per iteration where an inner loop's bounds use this loop's variable,
-    // else one run per enclosing run, weighted by the trip count.
-    std::vector<LoopRuns> inner;
-    const bool per_iteration = bounds_use(l->body, l->var);
-    for (size_t k = 0; k < runs.size(); ++k) {
-      const auto [b, e] = bounds[k];
-      const uint64_t trips = trip_count(b, e);
-      if (trips == 0) continue;
-      if (!per_iteration) {
-        inner.push_back(LoopRuns{runs[k].env, runs[k].times * static_cast<int64_t>(trips)});
-        continue;
-      }
-      for (int64_t i = b; i < e; ++i) {
-        LoopEnv env = runs[k].env;
-        env[l->var] = i;
-        inner.push_back(LoopRuns{std::move(env), runs[k].times});
-      }
+    for (int64_t i = b; i < e; ++i) {
+      LoopEnv env = runs[k].env;
+      env[l->var] = i;
+      inner.push_back(LoopRuns{std::move(env), runs[k].times});
     }
-    if (!inner.empty()) budget(l->body, inner, l, static_cast<uint64_t>(total));
   }
+  return inner.empty() ? 0 : budget(l->body, inner, l, static_cast<uint64_t>(total));
 }
 
 void Checker::unroll(const std::vector<dsl::Item>& items, LoopEnv& env,
@@ -161,7 +201,7 @@ void Checker::unroll(const std::vector<dsl::Item>& items, LoopEnv& env,
       auto b = eval(l->begin, ctx);
       auto e = eval(l->end, ctx);
       if (!b || !e) continue;
-      // Reported by budget_loops().
+      // Reported by check_budget().
       if (over_budget_.count(l)) continue;
       auto inner = loop_vars;
       inner.push_back(l->var);
@@ -180,12 +220,12 @@ void Checker::unroll(const std::vector<dsl::Item>& items, LoopEnv& env,
                        pending_.end());
         continue;
       }
-      // budget_loops() counted these bounds for this iteration of the loops around, so this
+      // check_budget() counted these bounds for this iteration of the loops around, so this
       // holds unless loop variables share a name (reported already); never run away.
-      if (trip_count(*b, *e) > static_cast<uint64_t>(kMaxInstances)) {
+      if (trip_count(*b, *e) > static_cast<uint64_t>(kMaxLoopIterations)) {
         error(DiagKind::kParamRange, loop_header(*l),
               fmt::format("loop `{}` runs {} iterations; at most {} are allowed", l->var,
-                          trip_count(*b, *e), kMaxInstances));
+                          trip_count(*b, *e), kMaxLoopIterations));
         continue;
       }
       for (int64_t i = *b; i < *e && !diags_.full(); ++i) {

@@ -195,11 +195,6 @@ void Checker::instantiate(const dsl::OpDecl& op, const LoopEnv& env) {
   if (!check_clauses(op, kind, env, &inst)) return;
   if (diags_.error_count() != errors_before) return;
   if (!enabled) return;
-  if (static_cast<int64_t>(out_.ops.size()) >= kMaxInstances) {
-    error(DiagKind::kParamRange, op.span,
-          fmt::format("more than {} operation instances after unrolling loops", kMaxInstances));
-    return;
-  }
   pending_.push_back(PendingDeps{static_cast<int>(out_.ops.size()), env});
   out_.ops.push_back(std::move(inst));
 }

@@ -4,7 +4,7 @@
 //   check.cc          the driver: the order of the phases, and check() over schedules and sizes
 //   check_names.cc    the namespace of a schedule and the evaluation of expressions in it
 //   check_decls.cc    parameters (with -D), tensors, device functions and roles
-//   check_loops.cc    unrolling loops into operation instances
+//   check_loops.cc    the budget of loop iterations and instances, and unrolling loops
 //   check_ops.cc      each operation kind's signature and operand rules, one function per kind
 //   check_operands.cc resolving operands (tensors, words, integers, device functions) and the
 //                     dtype, shape and symmetry predicates the operation rules share
@@ -31,8 +31,8 @@
 
 namespace mkc::compiler {
 
-// Bounds that keep checking fast on any input (the race and cycle checks are quadratic at worst).
-inline constexpr int64_t kMaxInstances = 4096;
+// The largest world size checked. With kMaxOpInstances (check.h), it keeps checking fast on any
+// input (the race and cycle checks are quadratic in the instances at worst).
 inline constexpr int64_t kMaxRanks = 4096;
 
 // A name declared in a schedule and what it is.
@@ -153,10 +153,15 @@ class Checker {
   void check_roles(const std::vector<dsl::RoleDecl>& roles);
 
   // ---- loops (check_loops.cc) ---------------------------------------------------------------
-  // Rejects every loop that would run more than kMaxInstances iterations in all, before unroll().
-  void budget_loops();
-  void budget(const std::vector<dsl::Item>& items, const std::vector<LoopRuns>& runs,
-              const dsl::Loop* parent, uint64_t parent_total);
+  // Before unroll(): rejects every loop that would run more than kMaxLoopIterations iterations
+  // in all, or take the schedule past kMaxOpInstances operation instances.
+  void check_budget();
+  // The operation instances of `items` or `it` when the loops around run as `runs` say; rejects
+  // loops past the iteration budget on the way.
+  uint64_t budget(const std::vector<dsl::Item>& items, const std::vector<LoopRuns>& runs,
+                  const dsl::Loop* parent, uint64_t parent_total);
+  uint64_t budget_item(const dsl::Item& it, const std::vector<LoopRuns>& runs,
+                       const dsl::Loop* parent, uint64_t parent_total);
   std::optional<std::pair<int64_t, int64_t>> quiet_bounds(const dsl::Loop& l, const LoopEnv& env);
   // `probe`: inside an empty loop, where every loop's body is checked once and then dropped.
   void unroll(const std::vector<dsl::Item>& items, LoopEnv& env, std::vector<std::string> loop_vars,
@@ -222,8 +227,10 @@ class Checker {
   std::set<uint32_t> reported_ops_;
   std::set<uint32_t> reported_loop_items_;
   std::set<std::string> broken_tensors_;
-  // Loops budget_loops() rejected: unroll() skips them.
+  // Loops check_budget() rejected: unroll() skips them.
   std::set<const dsl::Loop*> over_budget_;
+  // The operation instances check_budget() proved the schedule unrolls to, at most.
+  uint64_t instance_bound_ = 0;
   // Names whose value depends on the world size: the ranks symbols and the parameters and tensors
   // defined from them. Messages about them say which world size was checked.
   std::set<std::string> ranks_names_;

@@ -457,5 +457,59 @@ TEST_CASE("chunks need not divide the tensor: the last chunk of a dimension is p
   CHECK(with_chunk("chunk(33, 7)").errors.empty());
 }
 
+TEST_CASE("the instance budget is proven before unrolling, and names the loop that breaks it") {
+  const auto loops = [](const std::string& body) {
+    return "schedule s {\n  input X : f32[4096, 4]\n  output Y : f32[4096, 4]\n" + body + "}\n";
+  };
+  // 1,000 iterations of five operations.
+  Checked five;
+  const double ms = timed_check(loops(R"(  loop i in 0 .. 1000 {
+    compute a = copy(X[i] -> Y[i])
+    compute b = copy(X[i] -> Y[i]) after a
+    compute c = copy(X[i] -> Y[i]) after b
+    compute d = copy(X[i] -> Y[i]) after c
+    compute e = copy(X[i] -> Y[i]) after d
+  }
+)"),
+                                &five);
+  CHECK(five.errors.find("t.mks:4:3: error: loop `i` unrolls to 5000 operation instances; a "
+                         "schedule unrolls to at most 4096 [param-range]") != std::string::npos);
+  CHECK(ms < 1000);
+  // What comes before counts; and so do the instances `when` switches off, which are checked.
+  const Checked before = check_text(loops(R"(  compute a = copy(X -> Y)
+  loop i in 0 .. 2048 {
+    compute b = copy(X[i] -> Y[i]) after a when(i == 0)
+    compute c = copy(X[i] -> Y[i]) after a when(i == 1)
+  }
+)"));
+  CHECK(before.errors.find("loop `i` unrolls to 4096 operation instances, 4097 with the 1 before "
+                           "it; a schedule unrolls to at most 4096") != std::string::npos);
+  // Bounds that use an outer variable are counted exactly: a triangle of 64 rows of two
+  // operations is 4032 instances, one of 65 rows 4160.
+  const auto triangle = [&](int rows) {
+    return check_text(loops(fmt::format(R"(  loop i in 0 .. {} {{
+    loop j in 0 .. i {{
+      compute a = copy(X[j] -> Y[j]) when(i == 0)
+      compute b = copy(X[j] -> Y[j]) when(i == 0)
+    }}
+  }}
+)",
+                                        rows)));
+  };
+  CHECK_MESSAGE(triangle(64).errors.empty(), triangle(64).errors);
+  CHECK(triangle(65).errors.find("loop `i` unrolls to 4160 operation instances") !=
+        std::string::npos);
+  // At the limit, a schedule checks; the body of an empty loop after it is still checked, and
+  // does not count (it made a spurious "more than 4096" error before).
+  const Checked full = check_text(loops(R"(  loop i in 0 .. 4096 { compute a = copy(X[i] -> Y[i]) }
+  loop j in 0 .. 0 { compute b = copy(X[j] -> Y[j]) }
+)"));
+  CHECK_MESSAGE(full.errors.empty(), full.errors);
+  REQUIRE(full.schedules.size() == 1);
+  CHECK(full.schedules[0].ops.size() == 4096);
+  const Checked dead = check_text(loops("  loop j in 0 .. 0 { compute b = copy(Q -> Y) }\n"));
+  CHECK(dead.errors.find("undefined tensor `Q`") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace mkc::compiler
