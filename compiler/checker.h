@@ -32,7 +32,8 @@
 namespace mkc::compiler {
 
 // The largest world size checked. With kMaxOpInstances (check.h), it keeps checking fast on any
-// input (the race and cycle checks are quadratic in the instances at worst).
+// input (the waits are quadratic in the instances at worst; the race and cycle checks are
+// near-linear in the instances and waits, check_deps.cc).
 inline constexpr int64_t kMaxRanks = 4096;
 
 // A name declared in a schedule and what it is.
@@ -207,7 +208,6 @@ class Checker {
   // pending_ holds one entry per kept instance, in instance order.
   const LoopEnv& env_of(int instance) const { return pending_[instance].env; }
   void check_races();
-  std::vector<char> reachable(int from) const;
   void check_cycles();
   std::string instance_name(const OpInstance& op) const;
   void report_cycle(const std::vector<int>& cycle);

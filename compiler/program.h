@@ -127,6 +127,13 @@ struct DeviceFunction {
   dsl::Span body_span;
 };
 
+// Work the checker's dependency rules did, in steps (compiler/check_deps.cc): tests hold them to
+// near-linear in the instances, their accesses and their waits.
+struct CheckWork {
+  uint64_t named = 0;  // instances looked at to resolve `after` references
+  uint64_t races = 0;  // trie nodes, waits and closure words visited by the race check
+};
+
 struct CheckedSchedule {
   std::string name;
   int64_t ranks = 1;           // world size R it was checked for
@@ -137,6 +144,7 @@ struct CheckedSchedule {
   std::vector<OpInstance> ops;
   std::map<std::string, int64_t> roles;
   const dsl::Schedule* ast = nullptr;
+  CheckWork work;
 };
 
 // Evaluates an expression that survived checking for one rank (`rank` = that rank): params, the

@@ -511,5 +511,118 @@ TEST_CASE("the instance budget is proven before unrolling, and names the loop th
   CHECK(dead.errors.find("undefined tensor `Q`") != std::string::npos);
 }
 
+// The waits a checked schedule holds, in all.
+uint64_t total_waits(const CheckedSchedule& s) {
+  uint64_t n = 0;
+  for (const OpInstance& op : s.ops) n += op.deps.size();
+  return n;
+}
+
+TEST_CASE("dependencies cost what they are, not what the source repeats") {
+  // Three layers of 1,000 instances, each waiting on the whole loop before it: the race check
+  // walked the waits once per reader (a minute for this 15-line file); and `after x` written 200
+  // times made 200 waits per instance of x (13 GB and minutes for an 800-byte file). The work is
+  // counted, not timed: the steps are a few per instance, access and wait.
+  const auto layers = [](const std::string& after) {
+    return fmt::format(R"(schedule s {{
+  input X : f32[64]
+  scratch T : f32[1000, 64]
+  scratch U : f32[1000, 64]
+  output Y : f32[1000, 64]
+  loop i in 0 .. 1000 {{ compute x = copy(X -> T[i]) }}
+  loop j in 0 .. 1000 {{ compute y = copy(T[j] -> U[j]) after {} }}
+  loop k in 0 .. 1000 {{ compute z = copy(U[k] -> Y[k]) after y }}
+}})",
+                       after);
+  };
+  std::string repeated = "x";
+  for (int i = 0; i < 199; ++i) repeated += ", x";
+  for (const std::string& after : {std::string("x"), repeated}) {
+    CAPTURE(after.size());
+    const Checked c = check_text(layers(after));
+    REQUIRE_MESSAGE(c.errors.empty(), c.errors);
+    const CheckedSchedule& s = c.schedules[0];
+    REQUIRE(s.ops.size() == 3 * 1000);
+    CHECK(find(s, "y", 7)->deps.size() == 1000);
+    CHECK(depends_on(s, *find(s, "z", 9), "y", 999, Granule::kAll));
+    const uint64_t waits = total_waits(s);
+    CHECK(waits == 2 * 1000 * 1000);
+    // Naming: each of x and y indexed once, then the instances named (once per reference).
+    CHECK(s.work.named <= 2 * 1000 + waits);
+    // Races: every read waits for its writer directly, so the reader's waits are marked once.
+    CHECK(s.work.races <= 4 * s.ops.size() + waits);
+  }
+}
+
+TEST_CASE("the race check: found behind a fan-in, and at a few steps per access") {
+  // z reads T, written by x, and waits only for y, which waits for all of x: no race, through
+  // the closure of the waits.
+  const Checked through = check_text(
+      "schedule s {\n  input X : f32[64]\n  scratch T : f32[64, 64]\n  output Y : f32[64, 64]\n"
+      "  loop i in 0 .. 64 { compute x = copy(X -> T[i]) }\n"
+      "  loop j in 0 .. 64 { compute y = copy(X -> Y[j]) after x }\n"
+      "  loop k in 0 .. 64 { compute z = copy(T[k] -> Y[k]) after y }\n}\n");
+  CHECK_MESSAGE(through.errors.empty(), through.errors);
+  // Without y's wait on x, it is a race, reported once; the same at 1,000 instances a layer.
+  for (int n : {64, 1000}) {
+    CAPTURE(n);
+    const Checked racy = check_text(
+        fmt::format("schedule s {{\n  input X : f32[64]\n  scratch T : f32[{0}, 64]\n"
+                    "  output Y : f32[{0}, 64]\n"
+                    "  loop i in 0 .. {0} {{ compute x = copy(X -> T[i]) }}\n"
+                    "  loop j in 0 .. {0} {{ compute y = copy(X -> Y[j]) }}\n"
+                    "  loop k in 0 .. {0} {{ compute z = copy(T[k] -> Y[k]) after y }}\n}}\n",
+                    n));
+    const std::string race =
+        "error: `z` reads `T`, which `x` writes, but does not wait for `x` [missing-dependency]";
+    const size_t at = racy.errors.find(race);
+    CHECK(at != std::string::npos);
+    CHECK(racy.errors.find(race, at + 1) == std::string::npos);  // once, not once per instance
+  }
+  const Checked missing = check_text(
+      "schedule s {\n  input X : f32[64]\n  scratch T : f32[64, 64]\n  output Y : f32[64, 64]\n"
+      "  loop i in 0 .. 64 { compute x = copy(X -> T[i]) }\n"
+      "  loop k in 0 .. 64 { compute z = copy(T[k] -> Y[k]) after z[k - 1] }\n}\n");
+  CHECK(missing.errors.find("`z` reads `T`, which `x` writes, but does not wait for `x`") !=
+        std::string::npos);
+  // A wait for the wrong slice is a race too: z[k] waits for x[k + 1], it reads x[k]'s rows.
+  const Checked shifted = check_text(
+      "schedule s {\n  input X : f32[64]\n  scratch T : f32[65, 64]\n  output Y : f32[64, 64]\n"
+      "  loop i in 0 .. 65 { compute x = copy(X -> T[i]) }\n"
+      "  loop k in 0 .. 64 { compute z = copy(T[k] -> Y[k]) after x[k + 1] }\n}\n");
+  CHECK(shifted.errors.find("`z` reads `T`, which `x` writes, but does not wait for `x`") !=
+        std::string::npos);
+  // A read of the whole tensor overlaps every row written: its last writer is the last row's.
+  const Checked whole = check_text(
+      "schedule s {\n  input X : f32[64]\n  scratch T : f32[64, 64]\n  output Y : f32[64, 64]\n"
+      "  loop i in 0 .. 64 { compute x = copy(X -> T[i]) }\n"
+      "  compute z = copy(T -> Y) after x[62]\n}\n");
+  CHECK(whole.errors.find("`z` reads `T`, which `x` writes, but does not wait for `x`") !=
+        std::string::npos);
+  const Checked whole_ok = check_text(
+      "schedule s {\n  input X : f32[64]\n  scratch T : f32[64, 64]\n  output Y : f32[64, 64]\n"
+      "  loop i in 0 .. 64 { compute x = copy(X -> T[i]) after x[i - 1] }\n"
+      "  compute z = copy(T -> Y) after x[63]\n}\n");
+  CHECK_MESSAGE(whole_ok.errors.empty(), whole_ok.errors);
+  // 2,000 writers and readers of one tensor, each reader waiting for its own row's writer: the
+  // steps are a few per instance, where every reader scanned every writer (and every instance of
+  // the operation it waits for).
+  const Checked rows = check_text(R"(schedule s {
+  input X : f32[64]
+  scratch T : f32[2000, 64]
+  output Y : f32[2000, 64]
+  loop i in 0 .. 2000 {
+    compute a = copy(X -> T[i])
+    compute b = copy(T[i] -> Y[i]) after a
+  }
+})");
+  REQUIRE_MESSAGE(rows.errors.empty(), rows.errors);
+  const CheckedSchedule& s = rows.schedules[0];
+  REQUIRE(s.ops.size() == 4000);
+  CHECK(total_waits(s) == 2000);
+  CHECK(s.work.named <= 2 * 2000);
+  CHECK(s.work.races <= 4 * s.ops.size());
+}
+
 }  // namespace
 }  // namespace mkc::compiler
