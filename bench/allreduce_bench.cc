@@ -19,7 +19,8 @@
 // never links it. Set NCCL_NVLS_ENABLE=0 on the lent machines (the bench sets it if unset).
 //
 // Usage: allreduce_bench [--sizes 8K,64K,512K,4M,32M,256M] [--chain 16] [--ranks R] [--nccl PATH]
-//                        [--schedule bench/allreduce.mks]
+//                        [--schedule bench/allreduce.mks] [--csv FILE]
+// --csv FILE: one row per size (bench/csv.h; bench/plot.py draws it; chain_us is empty at 1 rank).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "bench/baselines.h"
+#include "bench/csv.h"
 #include "runtime/api.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/local_job.h"
@@ -90,7 +92,7 @@ struct Row {
 int run(int argc, char** argv) {
   setenv("NCCL_NVLS_ENABLE", "0", 0);
   std::vector<int64_t> sizes = {8 << 10, 64 << 10, 512 << 10, 4 << 20, 32 << 20, 256 << 20};
-  std::string schedule = "bench/allreduce.mks", nccl_path;
+  std::string schedule = "bench/allreduce.mks", nccl_path, csv_path;
   int chain = 16, ranks = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -115,13 +117,18 @@ int run(int argc, char** argv) {
       nccl_path = value();
     } else if (a == "--schedule") {
       schedule = value();
+    } else if (a == "--csv") {
+      csv_path = value();
     } else {
       throw UserError(fmt::format(
           "unknown argument `{}`; usage: allreduce_bench [--sizes 8K,64K,...] [--chain K] "
-          "[--ranks R] [--nccl PATH] [--schedule FILE]",
+          "[--ranks R] [--nccl PATH] [--schedule FILE] [--csv FILE]",
           a));
     }
   }
+  mkc::bench::CsvWriter csv(csv_path, {"bench", "case", "bytes", "ranks", "mkc_us", "nccl_us",
+                                       "nccl_over_mkc", "chain_us", "mkc_busbw_gbs",
+                                       "nccl_busbw_gbs", "rel_l2_ref", "rel_l2_nccl", "algorithm"});
   const rt::Driver& d = rt::Driver::get();
   const int gpus = rt::device_count();
   if (gpus == 0) throw EnvironmentError("no GPU: the CUDA driver sees no device");
@@ -262,6 +269,20 @@ int run(int argc, char** argv) {
         size_text(bytes), row.mkc_us, row.nccl_us, row.nccl_us / row.mkc_us, in_kernel,
         bus / row.mkc_us, bus / row.nccl_us, row.err_ref, row.err_nccl, row.algo);
     fflush(stdout);
+    const auto cell = [](double v) { return mkc::bench::num(v); };
+    csv.row({{"bench", "allreduce_bench"},
+             {"case", size_text(bytes)},
+             {"bytes", std::to_string(bytes)},
+             {"ranks", std::to_string(ranks)},
+             {"mkc_us", cell(row.mkc_us)},
+             {"nccl_us", cell(row.nccl_us)},
+             {"nccl_over_mkc", cell(row.nccl_us / row.mkc_us)},
+             {"chain_us", ranks == 1 ? std::string() : cell(row.chain_us)},
+             {"mkc_busbw_gbs", cell(bus / row.mkc_us)},
+             {"nccl_busbw_gbs", cell(bus / row.nccl_us)},
+             {"rel_l2_ref", cell(row.err_ref)},
+             {"rel_l2_nccl", cell(row.err_nccl)},
+             {"algorithm", row.algo}});
     if (!(row.err_ref <= 1e-2)) {
       fmt::print(stderr, "allreduce_bench: mkc's result is wrong at {} (rel. L2 {:.2e})\n",
                  size_text(bytes), row.err_ref);
@@ -269,6 +290,7 @@ int run(int argc, char** argv) {
     }
   }
   for (ncclComm_t c : comms) nccl.destroy(c);
+  csv.finish();
   return 0;
 }
 

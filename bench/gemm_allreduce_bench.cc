@@ -11,6 +11,8 @@
 //
 // Usage: gemm_allreduce_bench [--m 128,1024,4096] [--n 8192] [--k 7168] [--ranks R]
 //                             [--schedule samples/gemm_allreduce.mks] [--cublas PATH] [--nccl PATH]
+//                             [--csv FILE]
+// --csv FILE: one row per M (bench/csv.h; bench/plot.py draws it).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "bench/baselines.h"
+#include "bench/csv.h"
 #include "runtime/api.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/local_job.h"
@@ -64,7 +67,7 @@ int run(int argc, char** argv) {
   std::vector<int64_t> ms = {128, 1024, 4096};
   int64_t n = 8192, kdim = 7168;
   int ranks = 0;
-  std::string schedule = "samples/gemm_allreduce.mks", cublas_path, nccl_path;
+  std::string schedule = "samples/gemm_allreduce.mks", cublas_path, nccl_path, csv_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -85,12 +88,17 @@ int run(int argc, char** argv) {
       cublas_path = value();
     } else if (a == "--nccl") {
       nccl_path = value();
+    } else if (a == "--csv") {
+      csv_path = value();
     } else {
       throw UserError(
           fmt::format("unknown option `{}`; see the comment at the top of {}", a, __FILE__));
     }
   }
   setenv("NCCL_NVLS_ENABLE", "0", 0);
+  mkc::bench::CsvWriter csv(
+      csv_path, {"bench", "case", "m", "n", "k", "ranks", "mkc_us", "baseline_us", "gemm_us",
+                 "baseline_over_mkc", "mkc_over_gemm", "rel_l2", "ok"});
   const rt::Driver& d = rt::Driver::get();
   const int gpus = rt::device_count();
   if (gpus == 0) throw EnvironmentError("no GPU: the CUDA driver sees no device");
@@ -201,8 +209,23 @@ int run(int argc, char** argv) {
     fmt::print("{:>6} {:>11.1f} {:>14.1f} {:>12.1f} {:>14.3f} {:>13.3f} {:>9.1e}{}\n", m, mkc_us,
                base_us, gemm_us, base_us / mkc_us, mkc_us / gemm_us, rel, ok ? "" : "  WRONG");
     std::fflush(stdout);
+    const auto cell = [](double v) { return mkc::bench::num(v); };
+    csv.row({{"bench", "gemm_allreduce_bench"},
+             {"case", fmt::format("M={}", m)},
+             {"m", std::to_string(m)},
+             {"n", std::to_string(n)},
+             {"k", std::to_string(kdim)},
+             {"ranks", std::to_string(ranks)},
+             {"mkc_us", cell(mkc_us)},
+             {"baseline_us", cell(base_us)},
+             {"gemm_us", cell(gemm_us)},
+             {"baseline_over_mkc", cell(base_us / mkc_us)},
+             {"mkc_over_gemm", cell(mkc_us / gemm_us)},
+             {"rel_l2", cell(rel)},
+             {"ok", ok ? "1" : "0"}});
   }
   for (ncclComm_t c : comms) nccl.destroy(c);
+  csv.finish();
   return failures == 0 ? 0 : 1;
 }
 

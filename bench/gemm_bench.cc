@@ -11,7 +11,8 @@
 // PyTorch's wheels): mkc never links it.
 //
 // Usage: gemm_bench [--schedule samples/gemm.mks] [--shapes 8192x8192x8192,...] [--iters 20]
-//                   [--rounds 3] [--cublas PATH] [--no-check]
+//                   [--rounds 3] [--cublas PATH] [--no-check] [--csv FILE]
+// --csv FILE: one row per shape (bench/csv.h; bench/plot.py draws it).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "bench/baselines.h"
+#include "bench/csv.h"
 #include "compiler/jit.h"
 #include "compiler/pipeline.h"
 #include "dsl/diagnostics.h"
@@ -71,7 +73,7 @@ double median(std::vector<double> v) {
 }
 
 int run(int argc, char** argv) {
-  std::string schedule = "samples/gemm.mks", cublas_hint;
+  std::string schedule = "samples/gemm.mks", cublas_hint, csv_path;
   std::vector<Shape> shapes = kDefaultShapes;
   int iters = 20, rounds = 3;
   bool check = true;
@@ -93,11 +95,16 @@ int run(int argc, char** argv) {
       cublas_hint = value();
     } else if (a == "--no-check") {
       check = false;
+    } else if (a == "--csv") {
+      csv_path = value();
     } else {
       throw UserError(
           fmt::format("unknown option `{}`; see the comment at the top of {}", a, __FILE__));
     }
   }
+  mkc::bench::CsvWriter csv(
+      csv_path, {"bench", "case", "m", "n", "k", "mkc_us", "mkc_tflops", "cublas_us",
+                 "cublas_tflops", "cublas_over_mkc", "rel_l2", "registers", "spill_bytes"});
   const rt::Driver& d = rt::Driver::get();
   if (rt::device_count() == 0) throw EnvironmentError("no GPU");
   const rt::DeviceInfo dev = rt::device_info(0);
@@ -213,7 +220,22 @@ int run(int argc, char** argv) {
                fmt::format("{}x{}x{}", s.m, s.n, s.k), us, flop / us / 1e6, cus, flop / cus / 1e6,
                100.0 * cus / us, rel < 0 ? std::string("-") : fmt::format("{:.2e}", rel));
     std::fflush(stdout);
+    const auto cell = [](double v) { return mkc::bench::num(v); };
+    csv.row({{"bench", "gemm_bench"},
+             {"case", fmt::format("{}x{}x{}", s.m, s.n, s.k)},
+             {"m", std::to_string(s.m)},
+             {"n", std::to_string(s.n)},
+             {"k", std::to_string(s.k)},
+             {"mkc_us", cell(us)},
+             {"mkc_tflops", cell(flop / us / 1e6)},
+             {"cublas_us", cell(cus)},
+             {"cublas_tflops", cell(flop / cus / 1e6)},
+             {"cublas_over_mkc", cell(cus / us)},
+             {"rel_l2", rel < 0 ? std::string() : cell(rel)},
+             {"registers", std::to_string(j.registers)},
+             {"spill_bytes", std::to_string(j.spill_bytes)}});
   }
+  csv.finish();
   fmt::print("gemm_bench: {}\n",
              failures == 0 ? "all checks passed" : fmt::format("{} shape(s) FAILED", failures));
   return failures == 0 ? 0 : 1;

@@ -75,7 +75,7 @@ void add_define(std::string_view text, CheckOptions* options) {
   if (!value) throw UserError(fmt::format("-D {}: {}", text, why));
   const auto [it, inserted] = options->defines.emplace(name, *value);
   if (!inserted) {
-    throw UserError(fmt::format("-D {}: `{}` is set already (-D {}={}); give each parameter once",
+    throw UserError(fmt::format("-D {}: `{}` is already set (-D {}={}); give each parameter once",
                                 text, name, name, it->second));
   }
 }

@@ -175,6 +175,7 @@ void Checker::check_device_fn(const dsl::DeviceFn& f) {
 
 void Checker::check_roles(const std::vector<dsl::RoleDecl>& roles) {
   int64_t total = 0;
+  bool overflow = false;
   Span all = roles.front().role_span;
   for (const dsl::RoleDecl& r : roles) {
     all = Span::merge(all, r.count.span);
@@ -192,13 +193,17 @@ void Checker::check_roles(const std::vector<dsl::RoleDecl>& roles) {
     auto v = eval_positive(r.count, EvalCtx{}, "role count");
     if (!v) continue;
     out_.roles[r.role] = *v;
-    total += std::min<int64_t>(*v, INT64_MAX / 4);
+    // The exact total, or "more than" the largest count when it does not fit in 64 bits.
+    if (__builtin_add_overflow(total, *v, &total)) {
+      total = INT64_MAX;
+      overflow = true;
+    }
   }
   if (total > opts_.sms) {
     error(DiagKind::kRoleLimit, all,
-          fmt::format("the roles ask for {} CTAs, but a persistent kernel holds one CTA per "
+          fmt::format("the roles ask for {}{} CTAs, but a persistent kernel holds one CTA per "
                       "multiprocessor and the target has {}",
-                      total, opts_.sms))
+                      overflow ? "more than " : "", total, opts_.sms))
         .set_hint(fmt::format(
             "make the counts add up to at most {} (or pass --sms for another GPU)", opts_.sms));
   }

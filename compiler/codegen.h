@@ -36,6 +36,10 @@ struct TensorMapSpec {
   int64_t offset = 0;
   compiler::DType dtype = compiler::DType::kBf16;
   int64_t rows = 0, cols = 0;
+  int dims = 2;  // 2: [rows][cols]; 3: [depth][rows][cols] (boxes of one slice), the TMA
+                 // instruction the device code issues (a 3-D load needs a 3-D map, even
+                 // of one slice)
+  int64_t depth = 1;
   int box_rows = 0, box_cols = 0;
   bool operator<(const TensorMapSpec& o) const;
 };
@@ -49,6 +53,9 @@ struct Generated {
   int dynamic_smem = 0;      // bytes of dynamic shared memory per CTA (Hopper, sm_90a)
   int portable_smem = 0;     // the same on GPUs before Hopper (the mma.sync tile's stages)
   std::vector<TensorMapSpec> tensor_maps;
+  // Per task class, the device code it runs ("gemm_tile: sm_90a wgmma + TMA 128x256 ..."), for the
+  // compile summary.
+  std::vector<std::string> paths;
 };
 
 Generated generate(const plan::Plan& plan, const CodegenOptions& options);

@@ -5,44 +5,41 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
+
+#include "compiler/box_index.h"
+#include "support/error.h"
 
 namespace mkc::plan {
 namespace {
 
-// The boxes of one buffer on one rank, sorted by their start in the first dimension, so the boxes
-// that may overlap a query are found without scanning them all (a GEMM's C has thousands of tiles).
+// The boxes of one buffer on one rank, by flat span (compiler/box_index.h): a query visits the
+// boxes whose spans meet its own, not every box of the buffer (a GEMM's C has thousands of tiles,
+// a ring's slot thousands of chunks).
 class BoxIndex {
  public:
-  void add(int task, const Box* b) { entries_.push_back({task, b}); }
-  void finish() {
-    std::sort(entries_.begin(), entries_.end(), [](const auto& x, const auto& y) {
-      return first(x.second).first < first(y.second).first;
-    });
-    for (const auto& e : entries_) {
-      const auto [lo, hi] = first(e.second);
-      max_extent_ = std::max(max_extent_, hi - lo);
-    }
+  void add(const Plan& p, int task, const Box* b) {
+    const auto [first, end] = flat_span(p.buffers[b->buffer], *b);
+    index_.add(first, end, std::make_pair(task, b));
   }
-  // Entries whose first-dimension range may intersect q's; the caller checks the full overlap.
-  std::vector<std::pair<int, const Box*>> near(const Box& q) const {
-    const auto [qlo, qhi] = first(&q);
-    const int64_t from = qlo - max_extent_ + 1;
-    auto it = std::lower_bound(entries_.begin(), entries_.end(), from,
-                               [](const auto& e, int64_t v) { return first(e.second).first < v; });
-    std::vector<std::pair<int, const Box*>> out;
-    for (; it != entries_.end() && first(it->second).first < qhi; ++it) {
-      if (first(it->second).second > qlo) out.push_back(*it);
-    }
-    return out;
+  void finish() { index_.finish(); }
+  // Calls fn(task) for every entry that overlaps q (exactly, not only by span).
+  template <typename F>
+  void overlapping(const Plan& p, const Box& q, F&& fn) const {
+    const auto [first, end] = flat_span(p.buffers[q.buffer], q);
+    index_.overlapping(first, end, [&](const auto& e) {
+      if (e.value.second->overlaps(q)) fn(e.value.first);
+    });
   }
 
  private:
-  static std::pair<int64_t, int64_t> first(const Box* b) {
-    return b->lo.empty() ? std::make_pair<int64_t, int64_t>(0, 1)
-                         : std::make_pair(b->lo[0], b->hi[0]);
-  }
-  std::vector<std::pair<int, const Box*>> entries_;
-  int64_t max_extent_ = 1;
+  SpanIndex<std::pair<int, const Box*>> index_;
+};
+
+// A task's access to a box, as the credit frontier holds it.
+struct Access {
+  int task;
+  const Box* box;
 };
 
 class Deriver {
@@ -51,16 +48,10 @@ class Deriver {
 
   void run() {
     const auto& ops = p_.source->ops;
-    op_tasks_.resize(ops.size());
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
-      if (task.op >= 0) {
-        op_tasks_[task.op].push_back(static_cast<int>(t));
-      } else if (task.kind == TaskKind::kLaunchFence) {
-        fences_[task.rank] = static_cast<int>(t);
-      } else {
-        ends_[task.rank] = static_cast<int>(t);
-      }
+      if (task.kind == TaskKind::kLaunchFence) fences_[task.rank] = static_cast<int>(t);
+      if (task.kind == TaskKind::kLaunchEnd) ends_[task.rank] = static_cast<int>(t);
     }
     op_reach_ = op_reachability();
     // Indexes: tasks of each operation by the ranks they announce to, and every box by
@@ -70,22 +61,39 @@ class Deriver {
       const Task& task = p_.tasks[t];
       if (task.op < 0) continue;
       for (int r : notified(task)) by_op_rank_[task.op][r].push_back(static_cast<int>(t));
-      for (const Box& b : task.reads) touches_[{b.rank, b.buffer}].add(static_cast<int>(t), &b);
-      for (const Box& b : task.writes) {
-        touches_[{b.rank, b.buffer}].add(static_cast<int>(t), &b);
-        writes_[{b.rank, b.buffer}].add(static_cast<int>(t), &b);
+      for (const Box& b : task.writes)
+        writes_[{b.rank, b.buffer, task.op}].add(p_, static_cast<int>(t), &b);
+    }
+    for (auto& [key, index] : writes_) index.finish();
+    // The accesses of every task to its own rank's buffers, switched on as tasks are processed.
+    own_.resize(p_.tasks.size());
+    for (size_t t = 0; t < p_.tasks.size(); ++t) {
+      const Task& task = p_.tasks[t];
+      if (task.op < 0) continue;
+      for (const std::vector<Box>* boxes : {&task.reads, &task.writes}) {
+        for (const Box& b : *boxes) {
+          if (b.rank != task.rank) continue;
+          const auto [first, end] = flat_span(p_.buffers[b.buffer], b);
+          LiveSpanIndex<Access>& idx = frontier_[{b.rank, b.buffer}];
+          own_[t].push_back({&idx, idx.add(first, end, Access{static_cast<int>(t), &b})});
+        }
       }
     }
-    for (auto& [key, index] : touches_) index.finish();
-    for (auto& [key, index] : writes_) index.finish();
-    for (size_t t = 0; t < p_.tasks.size(); ++t) {
-      if (p_.tasks[t].op >= 0) data_edges(static_cast<int>(t));
+    for (auto& [key, index] : frontier_) index.finish();
+    forward_.assign(ops.size(), 0);
+    for (size_t a = 0; a < ops.size(); ++a) {
+      for (size_t b = a + 1; b < ops.size(); ++b) forward_[a] = forward_[a] || op_reach_[a][b];
     }
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
-      if (p_.tasks[t].op >= 0) credits(static_cast<int>(t));
-    }
-    for (size_t t = 0; t < p_.tasks.size(); ++t) {
-      if (p_.tasks[t].op >= 0) fence(static_cast<int>(t));
+      if (p_.tasks[t].op < 0) continue;
+      std::set<int> producers;
+      std::vector<std::pair<LiveSpanIndex<Access>*, size_t>> superseded;
+      data_edges(static_cast<int>(t), &producers);
+      credits(static_cast<int>(t), &producers, &superseded);
+      wait_for(static_cast<int>(t), producers);
+      fence(static_cast<int>(t));
+      for (const auto& [idx, h] : own_[t]) idx->set_alive(h, true);
+      for (const auto& [idx, h] : superseded) idx->set_alive(h, false);
     }
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
@@ -108,12 +116,22 @@ class Deriver {
     return out;
   }
 
-  HandOff handoff(int from, int to) const {
+  // How a signal from task `from` reaches a counter of rank `to`. Another node would need the
+  // host proxy's RDMA path, which does not exist yet: a clear error rather than an NVLink store
+  // that cannot reach the peer.
+  HandOff handoff(int from_task, int to) const {
+    const int from = p_.tasks[from_task].rank;
     if (from == to) return HandOff::kLocal;
-    return from / per_node_ == to / per_node_ ? HandOff::kPeerFlag : HandOff::kProxy;
+    if (from / per_node_ == to / per_node_) return HandOff::kPeerFlag;
+    throw UserError(fmt::format(
+        "schedule `{}` at {} ranks, {} per node: task `{}` on rank {} must signal rank {} on "
+        "another node; edges between nodes go through mkc's RDMA proxy, which is not built yet: "
+        "compile for one node (--ranks-per-node {}) or fewer ranks",
+        p_.schedule, p_.ranks, per_node_, p_.tasks[from_task].label, from, to, p_.ranks));
   }
 
-  // Makes `consumer` wait for `producer` (once).
+  // Makes `consumer` wait for `producer` alone (once): the producer's own counter on the
+  // consumer's rank.
   void edge(int producer, int consumer) {
     if (producer == consumer || !edges_.insert({producer, consumer}).second) return;
     Task& c = p_.tasks[consumer];
@@ -123,10 +141,53 @@ class Deriver {
     auto it = done_.find(key);
     if (it == done_.end()) {
       const int ev = p_.add_event(c.rank, fmt::format("{}@r{}.done", pr.label, pr.rank));
-      p_.tasks[producer].signals.push_back(Signal{ev, handoff(pr.rank, c.rank)});
+      p_.tasks[producer].signals.push_back(Signal{ev, handoff(producer, c.rank)});
       it = done_.emplace(key, ev).first;
     }
-    c.waits.push_back(Wait{it->second, 1, 0});
+    p_.tasks[consumer].waits.push_back(Wait{it->second, 1, 0});
+  }
+
+  // Makes `consumer` wait for every task of `producers`: per producing operation, one counting
+  // wait on a counter those tasks all signal (shared by every consumer waiting for the same set
+  // on that rank), or the producer's own counter when it is alone. An attention tile waits for
+  // the 128 chunks of its K,V block with one wait, not 128; the chunks' counter is shared by the
+  // tiles of that block.
+  //
+  // One counter may mix producers of several ranks only where no producer's next launch can
+  // count for this one: producers on the consumer's rank (its next launch comes after this one
+  // ends) and producers that write into the consumer's rank (they wait for its launch fence).
+  // Any other producer shares a counter only with producers of its own rank, whose launches are
+  // in order.
+  void wait_for(int consumer, const std::set<int>& producers) {
+    const int rank = p_.tasks[consumer].rank;
+    std::map<std::pair<int, int>, std::vector<int>> groups;  // (op, rank or -1) -> producers
+    for (int p : producers) {
+      if (p == consumer || edges_.count({p, consumer})) continue;
+      const Task& pt = p_.tasks[p];
+      bool fenced = pt.rank == rank;
+      for (const Box& b : pt.writes) fenced = fenced || b.rank == rank;
+      groups[{pt.op, fenced ? -1 : pt.rank}].push_back(p);
+    }
+    for (auto& [key, set] : groups) {
+      const int op = key.first;
+      if (set.size() == 1 || op < 0) {
+        for (int p : set) edge(p, consumer);
+        continue;
+      }
+      auto it = set_done_.find({rank, set});
+      if (it == set_done_.end()) {
+        const Task& first = p_.tasks[set.front()];
+        const int ev = p_.add_event(
+            rank, fmt::format("{}+{}@r{}.done", first.label, set.size() - 1, first.rank));
+        for (int p : set) {
+          p_.tasks[p].signals.push_back(Signal{ev, handoff(p, rank)});
+          awaited_on_.insert({p, rank});
+        }
+        it = set_done_.emplace(std::make_pair(rank, set), ev).first;
+      }
+      for (int p : set) edges_.insert({p, consumer});
+      p_.tasks[consumer].waits.push_back(Wait{it->second, static_cast<int64_t>(set.size()), 0});
+    }
   }
 
   // Makes `consumer` wait for every task of operation `op` that concerns its rank, through one
@@ -143,49 +204,47 @@ class Deriver {
           o.iteration >= 0 ? fmt::format("{}[{}]", o.name, o.iteration) : o.name;
       const int ev = p_.add_event(c.rank, fmt::format("{}.all@r{}.done", name, c.rank));
       for (int pt : producers) {
-        p_.tasks[pt].signals.push_back(Signal{ev, handoff(p_.tasks[pt].rank, c.rank)});
+        p_.tasks[pt].signals.push_back(Signal{ev, handoff(pt, c.rank)});
         awaited_on_.insert({pt, c.rank});
       }
       it = all_done_.emplace(key, ev).first;
     }
     if (!all_waits_.insert({consumer, it->second}).second) return;
+    for (int pt : producers) edges_.insert({pt, consumer});
     c.waits.push_back(Wait{it->second, static_cast<int64_t>(producers.size()), 0});
   }
 
-  // Tasks whose writes overlap what task t reads, from the index of write boxes.
-  std::set<int> writers_of(int t) const {
+  // Tasks of operation `op` whose writes overlap what task t reads, from the index of write boxes.
+  std::set<int> writers_of(int t, int op) const {
     std::set<int> out;
     for (const Box& r : p_.tasks[t].reads) {
-      auto it = writes_.find({r.rank, r.buffer});
+      auto it = writes_.find({r.rank, r.buffer, op});
       if (it == writes_.end()) continue;
-      for (const auto& [w, b] : it->second.near(r)) {
-        if (b->overlaps(r)) out.insert(w);
-      }
+      it->second.overlapping(p_, r, [&](int w) { out.insert(w); });
     }
     return out;
   }
 
-  void data_edges(int t) {
+  // 1. Data edges: the tasks of the operations t's operation is `after` (with .tile/.chunk only
+  // those whose writes overlap what t reads; without, all of them that announce to t's rank), and
+  // earlier tasks of t's own operation whose writes it reads.
+  void data_edges(int t, std::set<int>* producers) {
     const Task& task = p_.tasks[t];
     const compiler::OpInstance& op = p_.source->ops[task.op];
-    const std::set<int> writers = writers_of(t);
     for (const compiler::Dependency& d : op.deps) {
       if (d.granule == compiler::Granule::kAll) {
-        const std::vector<int>& producers = by_op_rank_[d.op][task.rank];
-        if (producers.size() >= 2) {
+        const std::vector<int>& all = by_op_rank_[d.op][task.rank];
+        if (all.size() >= 2) {
           whole_op_edge(d.op, t);
         } else {
-          for (int pt : producers) edge(pt, t);
+          producers->insert(all.begin(), all.end());
         }
       } else {
-        for (int pt : writers) {
-          if (p_.tasks[pt].op == d.op) edge(pt, t);
-        }
+        for (int pt : writers_of(t, d.op)) producers->insert(pt);
       }
     }
-    // Earlier tasks of the same operation whose results this one reads.
-    for (int pt : writers) {
-      if (pt < t && p_.tasks[pt].op == task.op) edge(pt, t);
+    for (int pt : writers_of(t, task.op)) {
+      if (pt < t) producers->insert(pt);
     }
   }
 
@@ -210,48 +269,77 @@ class Deriver {
     return reach;
   }
 
-  void credits(int w) {
+  // 2. Credits: a writer waits for the tasks earlier in program order, on the rank written, that
+  // read or write what it overwrites, unless those wait for the writer's operation themselves.
+  //
+  // Only the frontier: the accesses (of tasks on that rank, processed in program order) that no
+  // later write of that rank has covered. An access a write covers and waits for is ordered
+  // before every later writer of its elements through that write, so it leaves the frontier (a
+  // chain of n all-reduces in place over one tensor costs n, not n^2, credits). A write of an
+  // operation with dependencies on later operations supersedes nothing (those could make a later
+  // writer skip it).
+  void credits(int w, std::set<int>* producers,
+               std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>* superseded) {
     const Task& writer = p_.tasks[w];
     for (const Box& wb : writer.writes) {
-      for (const auto& [x, b] : touches_[{wb.rank, wb.buffer}].near(wb)) {
+      auto it = frontier_.find({wb.rank, wb.buffer});
+      if (it == frontier_.end()) continue;
+      LiveSpanIndex<Access>& idx = it->second;
+      const auto [first, end] = flat_span(p_.buffers[wb.buffer], wb);
+      idx.overlapping(first, end, [&](size_t h) {
+        const Access& a = idx.entry(h).value;
+        const int x = a.task;
         const Task& other = p_.tasks[x];
-        // Only tasks running on the rank written (a remote writer's own reads are its business).
-        if (x == w || other.rank != wb.rank) continue;
-        // Earlier in program order: an earlier operation, or an earlier task of the same one.
-        const bool earlier = other.op < writer.op || (other.op == writer.op && x < w);
-        if (!earlier) continue;
+        if (x == w || !a.box->overlaps(wb)) return;
+        // Earlier in program order: an earlier operation, or an earlier task of the same one
+        // (every live access is: tasks go live once processed, in task order).
         // If the earlier task waits for the writer's operation, it reads the new data, not the old.
-        if (other.op != writer.op && op_reach_[other.op][writer.op]) continue;
-        if (b->overlaps(wb)) edge(x, w);
-      }
+        if (other.op != writer.op && op_reach_[other.op][writer.op]) return;
+        producers->insert(x);
+        if (writer.rank == wb.rank && !forward_[writer.op] && contains(wb, *a.box))
+          superseded->push_back({&idx, h});
+      });
     }
   }
 
+  static bool contains(const Box& outer, const Box& inner) {
+    for (size_t d = 0; d < outer.lo.size(); ++d) {
+      if (inner.lo[d] < outer.lo[d] || inner.hi[d] > outer.hi[d]) return false;
+    }
+    return true;
+  }
+
+  // 3. Launch fences: a write into (or a signal to) another rank waits for that rank's fence.
   void fence(int t) {
     const Task& task = p_.tasks[t];
+    std::set<int> peers;
     for (const Box& b : task.writes) {
-      if (b.rank != task.rank) edge(fences_.at(b.rank), t);
+      if (b.rank != task.rank) peers.insert(b.rank);
     }
     if (task.kind == TaskKind::kSignalOnly) {
       const int peer = static_cast<int>(args_as<abi::SignalArgs>(task).peer);
-      if (peer != task.rank) edge(fences_.at(peer), t);
+      if (peer != task.rank) peers.insert(peer);
     }
+    for (int d : peers) edge(fences_.at(d), t);
   }
 
   Plan& p_;
   int64_t per_node_;
-  std::vector<std::vector<int>> op_tasks_;
   std::vector<std::vector<std::vector<int>>> by_op_rank_;
-  std::map<std::pair<int, int>, BoxIndex> touches_;
-  std::map<std::pair<int, int>, BoxIndex> writes_;
+  std::map<std::tuple<int, int, int>, BoxIndex> writes_;  // (rank, buffer, op) -> its writes
+  // (rank, buffer) -> the accesses of that rank's tasks, live while on the credit frontier.
+  std::map<std::pair<int, int>, LiveSpanIndex<Access>> frontier_;
+  std::vector<std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>> own_;  // task -> its entries
+  std::vector<char> forward_;  // operation -> waits (transitively) for a later one
   std::map<int, int> fences_;
   std::map<int, int> ends_;
   std::set<std::pair<int, int>> awaited_on_;  // (producer task, rank of some task waiting for it)
   std::vector<std::vector<char>> op_reach_;
-  std::set<std::pair<int, int>> edges_;
-  std::map<std::pair<int, int>, int> done_;
-  std::map<std::pair<int, int>, int> all_done_;  // (operation, rank) -> its counter
-  std::set<std::pair<int, int>> all_waits_;      // (consumer task, counter)
+  std::set<std::pair<int, int>> edges_;                       // (producer, consumer) ordered so far
+  std::map<std::pair<int, int>, int> done_;                   // (producer, rank) -> its counter
+  std::map<std::pair<int, std::vector<int>>, int> set_done_;  // (rank, producers) -> counter
+  std::map<std::pair<int, int>, int> all_done_;               // (operation, rank) -> its counter
+  std::set<std::pair<int, int>> all_waits_;                   // (consumer task, counter)
 };
 
 }  // namespace

@@ -10,8 +10,12 @@
 //      buffers) and in-place collectives (the reduction waits for the sends that read its input).
 //   3. Launch fences. A write into another rank's memory waits for that rank's fence task of the
 //      same launch, which runs only after the peer finished its previous launch.
+// A consumer waits for the producers of each operation through one counting wait: on the
+// producer's own counter when it is alone, else on a counter every producer of that set signals
+// (shared by the consumers on that rank that wait for the same set).
 // Every event lives on the rank that waits on it; the signal's hand-off kind follows from where the
-// producer runs (same GPU, same node, other node).
+// producer runs (same GPU: a local counter; same node: a flag over NVLink). An edge to another node
+// is a UserError until the RDMA proxy exists.
 #pragma once
 
 #include "compiler/plan.h"

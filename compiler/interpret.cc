@@ -471,28 +471,74 @@ uint64_t mix64(uint64_t z) {
 
 }  // namespace
 
-InputFn random_inputs(const Plan& plan, uint64_t seed) {
+namespace {
+
+// A token's k experts of `experts`, distinct (when k <= experts), drawn by `routing`: uniform;
+// skewed (about three draws in four go to the two hot experts 0 and 1, for as long as they are
+// free); or with every expert of the upper half empty (never drawn, when k <= experts / 2).
+void route_token(uint64_t key, int64_t experts, int64_t k, Routing routing, double* out) {
+  const int64_t pool =
+      routing == Routing::kEmptyExperts && k <= experts / 2 ? experts / 2 : experts;
+  uint64_t draw = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    for (;;) {
+      const uint64_t h = mix64(key + 0x9e3779b97f4a7c15ull * ++draw);
+      int64_t e = static_cast<int64_t>(h % static_cast<uint64_t>(pool));
+      if (routing == Routing::kSkewed && (h >> 40) % 4 != 0)
+        e = static_cast<int64_t>((h >> 20) % 2);
+      bool fresh = true;
+      for (int64_t i = 0; i < j && k <= experts; ++i) fresh = fresh && out[i] != e;
+      // A hot expert already taken: the next draw (uniform three times in four, eventually).
+      if (fresh || draw > 64 * static_cast<uint64_t>(k)) {
+        if (!fresh) {
+          // Past the draws' budget: the lowest free expert, so the row stays distinct.
+          for (e = 0; e < experts; ++e) {
+            bool taken = false;
+            for (int64_t i = 0; i < j; ++i) taken = taken || out[i] == e;
+            if (!taken) break;
+          }
+        }
+        out[j] = static_cast<double>(e);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+InputFn random_inputs(const Plan& plan, uint64_t seed, Routing routing) {
   // Routing tables of alltoall operations: which buffers, and how many experts.
   std::map<int, int64_t> routes;
   for (const compiler::OpInstance& op : plan.source->ops) {
     if (op.kind == compiler::OpKind::kAllToAll)
       routes[op.tensor_args.at("route")] = op.ints.at("experts");
   }
-  return [&plan, seed, routes](int rank, int launch, RankData& data) {
+  return [&plan, seed, routes, routing](int rank, int launch, RankData& data) {
     for (size_t b = 0; b < plan.buffers.size(); ++b) {
       if (plan.buffers[b].origin != "input") continue;
       const uint64_t key = mix64(seed * 1000003u + static_cast<uint64_t>(launch) * 7919u +
                                  static_cast<uint64_t>(rank) * 104729u + b);
-      auto it = routes.find(plan.buffers[b].tensor);
-      // Expert ids in [0, experts), floats uniform in [-1, 1), other integers in [0, 8).
-      const uint64_t range = it != routes.end() ? static_cast<uint64_t>(it->second) : 8;
-      const bool real = it == routes.end() && compiler::dtype_is_float(plan.buffers[b].dtype);
       std::vector<double>& v = data[b];
+      auto it = routes.find(plan.buffers[b].tensor);
+      if (it != routes.end()) {
+        // A routing table [tokens, k]: each token's k experts, distinct.
+        const std::vector<int64_t>& shape = plan.buffers[b].shape;
+        const int64_t k = shape.size() > 1 ? shape[1] : 1,
+                      tokens = static_cast<int64_t>(v.size()) / k;
+        parallel_for(tokens, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t)
+            route_token(mix64(key + static_cast<uint64_t>(t) * 0x632be59bd9b4e019ull), it->second,
+                        k, routing, v.data() + t * k);
+        });
+        continue;
+      }
+      // Floats uniform in [-1, 1), other integers in [0, 8).
+      const bool real = compiler::dtype_is_float(plan.buffers[b].dtype);
       parallel_for(static_cast<int64_t>(v.size()), [&](int64_t e0, int64_t e1) {
         for (int64_t e = e0; e < e1; ++e) {
           const uint64_t h = mix64(key + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(e + 1));
-          v[e] =
-              real ? static_cast<double>(h >> 11) * 0x1p-52 - 1.0 : static_cast<double>(h % range);
+          v[e] = real ? static_cast<double>(h >> 11) * 0x1p-52 - 1.0 : static_cast<double>(h % 8);
         }
       });
     }

@@ -48,9 +48,14 @@ struct InterpretResult {
 // Runs the plan; throws UserError on a deadlock (naming the waits) and on a missing host function.
 InterpretResult interpret(const Plan& plan, const InterpretOptions& options);
 
-// Input generator used by tests and `mkc compile --interpret`: uniform [-1, 1) for floats, valid
-// expert ids for alltoall routing tables, small integers otherwise; deterministic in (seed, launch,
-// rank, buffer).
-InputFn random_inputs(const Plan& plan, uint64_t seed);
+// How random routing tables choose each token's experts (always distinct within a token when
+// k <= experts): uniformly; skewed toward two hot experts (most rows go to experts 0 and 1); or
+// leaving the upper half of the experts empty.
+enum class Routing { kUniform, kSkewed, kEmptyExperts };
+
+// Input generator used by tests, `mkc verify` and `mkc run --check`: uniform [-1, 1) for floats,
+// each token's k distinct expert ids for alltoall routing tables (by `routing`), small integers
+// otherwise; deterministic in (seed, launch, rank, buffer), whatever the threads.
+InputFn random_inputs(const Plan& plan, uint64_t seed, Routing routing = Routing::kUniform);
 
 }  // namespace mkc::plan

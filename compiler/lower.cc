@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "compiler/lowerer.h"
 #include "support/error.h"
 
@@ -42,13 +44,11 @@ Lowerer::Lowerer(const compiler::CheckedSchedule& s, const LowerOptions& o) : s_
 Plan Lowerer::run() {
   // The launch fence comes first on every rank: peers may write into this rank's buffers only
   // once this rank has finished its previous launch (stream order) and announced the new one.
-  for (int64_t r = 0; r < R(); ++r)
-    plan_.tasks.push_back(task(-1, r, TaskKind::kLaunchFence, "launch_fence"));
+  for (int64_t r = 0; r < R(); ++r) emit(task(-1, r, TaskKind::kLaunchFence, "launch_fence"));
   for (size_t i = 0; i < s_.ops.size(); ++i) lower_op(static_cast<int>(i));
   // The launch end: a rank's kernel may exit only once every peer's write into it has landed
   // (compiler/dependencies.h makes it wait for them).
-  for (int64_t r = 0; r < R(); ++r)
-    plan_.tasks.push_back(task(-1, r, TaskKind::kLaunchEnd, "launch_end"));
+  for (int64_t r = 0; r < R(); ++r) emit(task(-1, r, TaskKind::kLaunchEnd, "launch_end"));
   return std::move(plan_);
 }
 
@@ -71,7 +71,53 @@ std::string Lowerer::name_of(const compiler::OpInstance& op) const {
   return op.iteration >= 0 ? fmt::format("{}[{}]", op.name, op.iteration) : op.name;
 }
 
+void Lowerer::emit(Task t) {
+  if (rank_tasks_.empty()) rank_tasks_.assign(R(), 0);
+  if (++rank_tasks_[t.rank] > opts_.max_tasks_per_rank)
+    over_budget(t.rank, static_cast<double>(rank_tasks_[t.rank]));
+  entries_ += static_cast<int64_t>(t.views.size() + t.reads.size() + t.writes.size());
+  if (entries_ > opts_.max_plan_entries) over_budget(-1, static_cast<double>(entries_));
+  plan_.tasks.push_back(std::move(t));
+}
+
+void Lowerer::over_budget(int64_t rank, double tasks) const {
+  std::string where;
+  std::string what = "the plan";
+  if (current_op_ >= 0) {
+    const compiler::OpInstance& op = s_.ops[current_op_];
+    what = fmt::format("operation `{}`", name_of(op));
+    if (opts_.file && op.decl) {
+      const dsl::LineCol lc = opts_.file->line_col(op.decl->span.begin);
+      where = fmt::format("{}:{}:{}: ", opts_.file->path(), lc.line, lc.col);
+    }
+  }
+  if (rank < 0) {
+    throw UserError(fmt::format(
+        "{}{} brings the plan to {:.4g} views and boxes over its {} ranks, over mkc's limit of {} "
+        "(every task addresses its operands on every rank it touches: the plan's memory grows "
+        "with ranks x tasks); use fewer ranks, larger tile(...) or chunk(...) sizes, or fewer "
+        "loop iterations",
+        where, what, tasks, R(), opts_.max_plan_entries));
+  }
+  throw UserError(fmt::format(
+      "{}{} brings rank {}'s part of the plan to {:.4g} tasks, over mkc's limit of {} per rank "
+      "(the kernel's task tables and its compile time grow with the tasks); use larger tile(...) "
+      "or chunk(...) sizes, or fewer loop iterations",
+      where, what, rank, tasks, opts_.max_tasks_per_rank));
+}
+
+std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> Lowerer::chunk_grid(
+    const std::vector<int64_t>& shape, std::vector<int64_t> sizes) const {
+  while (sizes.size() < shape.size()) sizes.insert(sizes.begin(), 1);
+  double count = 1;
+  for (size_t d = 0; d < shape.size(); ++d)
+    count *= static_cast<double>(cdiv(shape[d], std::max<int64_t>(1, sizes[d])));
+  if (count > static_cast<double>(opts_.max_tasks_per_rank)) over_budget(0, count);
+  return grid(shape, std::move(sizes));
+}
+
 void Lowerer::lower_op(int i) {
+  current_op_ = i;
   switch (s_.ops[i].kind) {
     case OpKind::kGemm:
       return lower_gemm(i);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "compiler/plan.h"
+#include "dsl/source.h"
 
 namespace mkc::plan {
 
@@ -19,6 +20,13 @@ struct LowerOptions {
   // Multiprocessors of the target: a GEMM without tile(...) takes 128 x 256 tiles when they fill
   // every SM at least once, else 128 x 128.
   int64_t sms = 132;
+  // The most tasks a rank's part of the plan may have: the kernel's task tables, the source NVRTC
+  // compiles and the compile time grow with them. Past it, lowering stops with a UserError
+  // naming the operation, at its .mks place when `file` is given.
+  int64_t max_tasks_per_rank = int64_t{1} << 17;
+  // The most views and boxes all tasks of the plan may hold together (its memory).
+  int64_t max_plan_entries = int64_t{1} << 22;
+  const dsl::SourceFile* file = nullptr;
 };
 
 Plan lower(const compiler::CheckedSchedule& schedule, const LowerOptions& options = {});

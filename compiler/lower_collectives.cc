@@ -68,13 +68,13 @@ void Lowerer::lower_reduction(int i) {
   // The part each chunk grid covers: X for allreduce, Y (the shard) for reducescatter.
   const std::vector<int64_t>& part = all ? x.shape : y.shape;
   const std::string algo = choose(op, product(x.shape) * eb);
-  const auto chunks = grid(part, chunk_sizes(op, part, eb));
+  const auto chunks = chunk_grid(part, chunk_sizes(op, part, eb));
   if (algo == "local") {
     // One rank: an out-of-place all-reduce or a reduce-scatter is a copy; in place, nothing.
     if (&y == &x) return;
     for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
-      plan_.tasks.push_back(send(i, 0, view(x, 0), view(y, 0), chunks[c].first, chunks[c].second,
-                                 fmt::format("{}.chunk({})", name_of(op), c)));
+      emit(send(i, 0, view(x, 0), view(y, 0), chunks[c].first, chunks[c].second,
+                fmt::format("{}.chunk({})", name_of(op), c)));
     }
     return;
   }
@@ -113,7 +113,7 @@ void Lowerer::lower_reduction(int i) {
         push_range(&t.args, xlo, xhi);
         push_range(&t.args, lo, hi);
         t.writes = {box(slot(slots, o, s), lo, hi)};
-        plan_.tasks.push_back(std::move(t));
+        emit(std::move(t));
       }
     }
     for (int64_t o : owners) {
@@ -129,14 +129,14 @@ void Lowerer::lower_reduction(int i) {
         if (s != o) red.reads.push_back(box(slot(slots, o, s), lo, hi));
       }
       red.writes = {box(view(y, o), all ? xlo : lo, all ? xhi : hi)};
-      plan_.tasks.push_back(std::move(red));
+      emit(std::move(red));
     }
     if (all && algo == "two_shot") {
       for (int64_t o : owners) {
         for (int64_t d = 0; d < R(); ++d) {
           if (d != o)
-            plan_.tasks.push_back(send(i, o, view(y, o), view(y, d), lo, hi,
-                                       fmt::format("{}.chunk({}).bcast({})", name_of(op), c, d)));
+            emit(send(i, o, view(y, o), view(y, d), lo, hi,
+                      fmt::format("{}.chunk({}).bcast({})", name_of(op), c, d)));
         }
       }
     }
@@ -153,7 +153,7 @@ void Lowerer::lower_allgather(int i) {
   const TensorUse& x = op.inputs[0];
   const int eb = compiler::dtype_bytes(s_.tensors[x.tensor].dtype);
   choose(op, product(x.shape) * eb * R());
-  const auto chunks = grid(x.shape, chunk_sizes(op, x.shape, eb));
+  const auto chunks = chunk_grid(x.shape, chunk_sizes(op, x.shape, eb));
   const int64_t m = x.shape[0];
   for (int64_t s = 0; s < R(); ++s) {
     for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
@@ -169,7 +169,7 @@ void Lowerer::lower_allgather(int i) {
         push_range(&t.args, ylo, yhi);
         t.writes = {box(view(op.outputs[0], d), ylo, yhi)};
         t.group = c * R() + d;
-        plan_.tasks.push_back(std::move(t));
+        emit(std::move(t));
       }
     }
   }
@@ -178,15 +178,14 @@ void Lowerer::lower_allgather(int i) {
 void Lowerer::lower_put(int i) {
   const OpInstance& op = s_.ops[i];
   const TensorUse& x = op.inputs[0];
-  const auto chunks =
-      grid(x.shape, chunk_sizes(op, x.shape, compiler::dtype_bytes(s_.tensors[x.tensor].dtype)));
+  const auto chunks = chunk_grid(
+      x.shape, chunk_sizes(op, x.shape, compiler::dtype_bytes(s_.tensors[x.tensor].dtype)));
   for (int64_t s = 0; s < R(); ++s) {
     const int64_t d = op.kind == OpKind::kShift ? (((s + op.ints.at("by")) % R()) + R()) % R()
                                                 : eval_peer(op.outputs[0].peer, s, s_);
     for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
-      plan_.tasks.push_back(send(i, s, view(x, s), view(op.outputs[0], d), chunks[c].first,
-                                 chunks[c].second,
-                                 fmt::format("{}.chunk({}).to({})", name_of(op), c, d)));
+      emit(send(i, s, view(x, s), view(op.outputs[0], d), chunks[c].first, chunks[c].second,
+                fmt::format("{}.chunk({}).to({})", name_of(op), c, d)));
       plan_.tasks.back().group = c;
     }
   }
@@ -199,7 +198,7 @@ void Lowerer::lower_signal(int i) {
     Task t = task(i, s, TaskKind::kSignalOnly,
                   fmt::format("{}.to({})", name_of(op), eval_peer(op.decl->inputs[0].peer, s, s_)));
     set_args(t, abi::SignalArgs{eval_peer(op.decl->inputs[0].peer, s, s_)});
-    plan_.tasks.push_back(std::move(t));
+    emit(std::move(t));
   }
 }
 

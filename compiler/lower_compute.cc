@@ -75,7 +75,7 @@ void Lowerer::lower_gemm(int i) {
         t.reads.push_back(box(bb, {g.n0}, {g.n1}));
       }
       t.writes = {box(c, {g.m0, g.n0}, {g.m1, g.n1})};
-      plan_.tasks.push_back(std::move(t));
+      emit(std::move(t));
     }
   }
 }
@@ -106,68 +106,120 @@ void Lowerer::lower_grouped_gemm(int i) {
         set_args(t, g);
         t.reads = {box(x, {g.r0, 0}, {g.r1, x.shape[1]}), whole_box(w), whole_box(c)};
         t.writes = {box(y, {g.r0, g.n0}, {g.r1, g.n1})};
-        plan_.tasks.push_back(std::move(t));
+        emit(std::move(t));
       }
     }
   }
 }
 
 // map_tile (abi::MapTileArgs): views {X1, ..., Xn, Y}; copy (abi::CopyArgs): views {X, Y}. Both
-// work on rows [r0, r1) of the leading dimension.
+// work on rows [r0, r1) of their views' leading dimension.
+//
+// With tile(rows, ...), a task takes `rows` rows of the tensor's leading dimension. Without it, a
+// task takes about 16K elements as one contiguous block: whole trailing dimensions and a range
+// of the first one that fits (dimensions before it one index at a time, like chunks), so that a
+// tensor whose leading dimension is short ([2, B, H, S, D]: ring attention's K,V) still spreads
+// over many CTAs; the device then sees the block as a flat 1-D view (its rows are elements), and
+// the boxes stay in the tensor's dimensions.
 void Lowerer::lower_rows(int i) {
   const OpInstance& op = s_.ops[i];
   const std::vector<int64_t>& shape = op.outputs[0].shape;
-  const int64_t row = product(shape, 1);
-  const int64_t rows_per =
-      op.tile.empty()
-          ? std::max<int64_t>(1, std::min<int64_t>(shape[0], 16384 / std::max<int64_t>(1, row)))
-          : op.tile[0];
   const bool is_map = op.kind == OpKind::kMap;
+  const auto args = [&](Task& t, int64_t r0, int64_t r1) {
+    if (is_map) {
+      set_args(t, abi::MapTileArgs{r0, r1, op.device_fn});
+    } else {
+      set_args(t, abi::CopyArgs{r0, r1});
+    }
+  };
+  if (!op.tile.empty()) {
+    const int64_t rows_per = op.tile[0];
+    for (int64_t r = 0; r < R(); ++r) {
+      for (int64_t r0 = 0; r0 < shape[0]; r0 += rows_per) {
+        const int64_t r1 = std::min(shape[0], r0 + rows_per);
+        Task t = task(i, r, is_map ? TaskKind::kMapTile : TaskKind::kCopy,
+                      fmt::format("{}.tile({})", name_of(op), r0 / rows_per));
+        for (const TensorUse& u : op.inputs) {
+          t.views.push_back(view(u, r));
+          t.reads.push_back(box(t.views.back(), {r0}, {r1}));
+        }
+        t.views.push_back(view(op.outputs[0], r));
+        t.writes.push_back(box(t.views.back(), {r0}, {r1}));
+        args(t, r0, r1);
+        emit(std::move(t));
+      }
+    }
+    return;
+  }
+  // The block: dims after `k` whole, up to `per` rows of dim k, one index of the dims before.
+  constexpr int64_t kTarget = 16384;
+  size_t k = shape.size() - 1;
+  while (k > 0 && product(shape, k) <= kTarget) --k;
+  const int64_t inner = product(shape, k + 1);
+  std::vector<int64_t> sizes(shape.size(), 1);
+  sizes[k] =
+      std::max<int64_t>(1, std::min<int64_t>(shape[k], kTarget / std::max<int64_t>(1, inner)));
+  for (size_t d = k + 1; d < shape.size(); ++d) sizes[d] = shape[d];
+  const auto blocks = chunk_grid(shape, sizes);
   for (int64_t r = 0; r < R(); ++r) {
-    for (int64_t r0 = 0; r0 < shape[0]; r0 += rows_per) {
-      const int64_t r1 = std::min(shape[0], r0 + rows_per);
+    for (size_t c = 0; c < blocks.size(); ++c) {
+      const auto& [lo, hi] = blocks[c];
+      int64_t first = 0, count = 1;
+      for (size_t d = 0; d < shape.size(); ++d) {
+        first = first * shape[d] + lo[d];
+        count *= hi[d] - lo[d];
+      }
       Task t = task(i, r, is_map ? TaskKind::kMapTile : TaskKind::kCopy,
-                    fmt::format("{}.tile({})", name_of(op), r0 / rows_per));
-      for (const TensorUse& u : op.inputs) {
-        t.views.push_back(view(u, r));
-        t.reads.push_back(box(t.views.back(), {r0}, {r1}));
-      }
-      t.views.push_back(view(op.outputs[0], r));
-      t.writes.push_back(box(t.views.back(), {r0}, {r1}));
-      if (is_map) {
-        set_args(t, abi::MapTileArgs{r0, r1, op.device_fn});
-      } else {
-        set_args(t, abi::CopyArgs{r0, r1});
-      }
-      plan_.tasks.push_back(std::move(t));
+                    fmt::format("{}.tile({})", name_of(op), c));
+      const auto flat = [&](const TensorUse& u, std::vector<Box>* boxes) {
+        const View v = view(u, r);
+        boxes->push_back(box(v, lo, hi));
+        t.views.push_back(View{v.rank, v.buffer, v.offset + first, {count}});
+      };
+      for (const TensorUse& u : op.inputs) flat(u, &t.reads);
+      flat(op.outputs[0], &t.writes);
+      args(t, 0, count);
+      emit(std::move(t));
     }
   }
 }
 
-// reduce_tile (abi::ReduceTileArgs): views {X, Y}; elements [y0, y1) of Y (flat).
+// reduce_tile (abi::ReduceTileArgs): views {X, Y}; elements [y0, y1) of Y (flat), whole rows of
+// Y's leading dimension, so that each tile reads and writes only its own rows (the rows of X they
+// come from: X's leading rows, or its second dimension's when the reduction is over the first).
 void Lowerer::lower_reduce(int i) {
   const OpInstance& op = s_.ops[i];
-  const int64_t total = product(op.outputs[0].shape);
+  const std::vector<int64_t>& ys = op.outputs[0].shape;
+  const int64_t axis = op.ints.at("axis");
+  const int64_t rows = ys.empty() ? 1 : ys[0], row = product(ys, 1);
   const int64_t per = op.tile.empty() ? 4096 : product(op.tile);
+  const int64_t rows_per = std::max<int64_t>(1, per / std::max<int64_t>(1, row));
   for (int64_t r = 0; r < R(); ++r) {
-    for (int64_t y0 = 0; y0 < total; y0 += per) {
-      Task t = task(i, r, TaskKind::kReduceTile, fmt::format("{}.tile({})", name_of(op), y0 / per));
+    for (int64_t r0 = 0; r0 < rows; r0 += rows_per) {
+      const int64_t r1 = std::min(rows, r0 + rows_per);
+      Task t =
+          task(i, r, TaskKind::kReduceTile, fmt::format("{}.tile({})", name_of(op), r0 / rows_per));
       const View x = view(op.inputs[0], r), y = view(op.outputs[0], r);
       t.views = {x, y};
-      set_args(t, abi::ReduceTileArgs{y0, std::min(total, y0 + per), op.ints.at("axis"),
-                                      reduce_code(op.reduce_op)});
-      t.reads = {whole_box(x)};
-      t.writes = {whole_box(y)};
-      plan_.tasks.push_back(std::move(t));
+      set_args(t, abi::ReduceTileArgs{r0 * row, r1 * row, axis, reduce_code(op.reduce_op)});
+      if (ys.empty()) {
+        t.reads = {whole_box(x)};
+        t.writes = {whole_box(y)};
+      } else {
+        t.reads = {axis == 0 ? box(x, {0, r0}, {x.shape[0], r1}) : box(x, {r0}, {r1})};
+        t.writes = {box(y, {r0}, {r1})};
+      }
+      emit(std::move(t));
     }
   }
 }
 
 // attention_tile (abi::AttentionTileArgs): views {Q, K, V, O[, acc, m, l]}, each flattened for the
 // device to [L, S, D] (L the product of the leading dims). With accumulate, acc/m/l (f32,
-// compiler scratch per declaration, [L, Sq, Dv] / [L, Sq] / [L, Sq]) carry the online softmax over
-// the instances of a loop. The boxes stay in the tensors' own dimensions: slice l of the leading
-// dims is one index per dimension (unravelled), so they meet the boxes the K,V shift writes.
+// compiler scratch per declaration, [L, Sq, Dv] / [L, Sq, 1] / [L, Sq, 1]) carry the online softmax
+// over the instances of a loop. The boxes stay in the tensors' own dimensions: slice l of the
+// leading dims is one index per dimension (unravelled), so they meet the boxes the K,V shift
+// writes.
 void Lowerer::lower_attention(int i) {
   const OpInstance& op = s_.ops[i];
   const TensorUse& q = op.inputs[0];
@@ -175,9 +227,13 @@ void Lowerer::lower_attention(int i) {
   const std::vector<int64_t> lead_shape(q.shape.begin(), q.shape.end() - 2);
   const int64_t L = product(lead_shape);
   const int64_t Sq = q.shape[n - 2], Dv = op.outputs[0].shape[n - 1];
-  // The device tile holds the row statistics of at most 256 queries.
-  const int64_t bq = std::min<int64_t>(op.tile.empty() ? 64 : op.tile[0], 256);
-  const bool acc = op.ints.count("accumulate") && op.ints.at("accumulate");
+  // 128 queries by default (the tensor-core tile's); the SIMT tile holds the row statistics of at
+  // most 256.
+  const int64_t bq = std::min<int64_t>(op.tile.empty() ? 128 : op.tile[0], 256);
+  // A declaration with one instance (a loop of one step: ring attention at R = 1) has nothing to
+  // merge: no state.
+  const bool acc = op.ints.count("accumulate") && op.ints.at("accumulate") &&
+                   !(op.first_of_decl && op.last_of_decl);
   const double scale = op.floats.at("scale");  // the checker sets the default
   int64_t scale_bits = 0;
   std::memcpy(&scale_bits, &scale, sizeof(scale));
@@ -188,8 +244,8 @@ void Lowerer::lower_attention(int i) {
     auto it = attention_state_.find(op.decl);
     if (it == attention_state_.end()) {
       const int a = add_buffer(op.name + ".acc", compiler::DType::kF32, {L, Sq, Dv}, false);
-      add_buffer(op.name + ".max", compiler::DType::kF32, {L, Sq}, false);
-      add_buffer(op.name + ".sum", compiler::DType::kF32, {L, Sq}, false);
+      add_buffer(op.name + ".max", compiler::DType::kF32, {L, Sq, 1}, false);
+      add_buffer(op.name + ".sum", compiler::DType::kF32, {L, Sq, 1}, false);
       it = attention_state_.emplace(op.decl, a).first;
     }
     state = it->second;
@@ -228,14 +284,13 @@ void Lowerer::lower_attention(int i) {
         Task t = task(i, r, TaskKind::kAttentionTile,
                       fmt::format("{}.tile({}, {})", name_of(op), l, q0 / bq));
         t.views = {flat(qv), flat(kv), flat(vv), flat(ov)};
-        set_args(t, abi::AttentionTileArgs{l, q0, q1, causal, acc ? 1 : 0, first ? 1 : 0,
-                                           last ? 1 : 0, scale_bits});
+        set_args(t,
+                 abi::AttentionTileArgs{l, q0, q1, causal, acc ? 1 : 0, first ? 1 : 0, last ? 1 : 0,
+                                        scale_bits, abi::kNoMap, abi::kNoMap, abi::kNoMap});
         t.reads = {rows(qv, at, q0, q1), rows(kv, at, 0, kv.shape[n - 2]),
                    rows(vv, at, 0, vv.shape[n - 2])};
         if (acc) {
           for (int k = 0; k < 3; ++k) t.views.push_back(whole(state + k, r));
-          t.views[5].shape = {L, Sq, 1};
-          t.views[6].shape = {L, Sq, 1};
           for (int k = 0; k < 3; ++k) {
             const Box b = box(whole(state + k, r), {l, q0}, {l + 1, q1});
             if (!first) t.reads.push_back(b);
@@ -243,7 +298,7 @@ void Lowerer::lower_attention(int i) {
           }
         }
         if (last) t.writes.push_back(rows(ov, at, q0, q1));
-        plan_.tasks.push_back(std::move(t));
+        emit(std::move(t));
       }
     }
   }

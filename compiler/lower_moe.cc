@@ -43,7 +43,7 @@ void Lowerer::lower_alltoall(int i) {
       ct.writes.push_back(box(whole(xc, d), {s}, {s + 1}));
     }
     set_args(ct, abi::A2aCountsArgs{E, K});
-    plan_.tasks.push_back(std::move(ct));
+    emit(std::move(ct));
   }
   for (int64_t s = 0; s < R(); ++s) {
     for (int64_t r0 = 0; r0 < T; r0 += rows_per) {
@@ -64,7 +64,7 @@ void Lowerer::lower_alltoall(int i) {
         t.writes.back().scatter = true;
       }
       set_args(t, abi::A2aSendArgs{r0, std::min(T, r0 + rows_per), E, K});
-      plan_.tasks.push_back(std::move(t));
+      emit(std::move(t));
     }
   }
   for (int64_t s = 0; s < R(); ++s) {
@@ -73,7 +73,7 @@ void Lowerer::lower_alltoall(int i) {
     f.reads = {whole_box(f.views[0])};
     f.writes = {whole_box(f.views[1])};
     set_args(f, abi::ExpertsArgs{E});
-    plan_.tasks.push_back(std::move(f));
+    emit(std::move(f));
   }
 }
 
@@ -102,7 +102,7 @@ void Lowerer::lower_combine(int i) {
       t.writes.back().scatter = true;
     }
     set_args(t, abi::ExpertsArgs{disp.ints.at("experts")});
-    plan_.tasks.push_back(std::move(t));
+    emit(std::move(t));
   }
   const int64_t rows_per = std::max<int64_t>(1, op.chunk.empty() ? T : op.chunk[0] * 64);
   for (int64_t s = 0; s < R(); ++s) {
@@ -116,7 +116,7 @@ void Lowerer::lower_combine(int i) {
       if (w != op.tensor_args.end()) t.reads.push_back(box(t.views[1], {r0}, {r1}));
       t.writes = {box(out, {r0}, {r1})};
       set_args(t, abi::CombineReduceArgs{r0, r1, w != op.tensor_args.end() ? 1 : 0});
-      plan_.tasks.push_back(std::move(t));
+      emit(std::move(t));
     }
   }
 }

@@ -44,6 +44,14 @@ class Lowerer {
  private:
   int64_t R() const { return s_.ranks; }
   Task task(int op, int64_t rank, TaskKind kind, std::string label) const;
+  // Appends a task to the plan, within the budget of LowerOptions::max_tasks_per_rank (a located
+  // UserError naming the operation being lowered past it).
+  void emit(Task t);
+  [[noreturn]] void over_budget(int64_t rank, double tasks) const;
+  // grid() for the chunks of the operation being lowered, refused (over_budget) before it is
+  // built when it would hold more chunks than a rank may have tasks.
+  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> chunk_grid(
+      const std::vector<int64_t>& shape, std::vector<int64_t> sizes) const;
   int add_buffer(const std::string& name, compiler::DType dt, std::vector<int64_t> shape,
                  bool symmetric);
   std::string name_of(const compiler::OpInstance& op) const;
@@ -87,6 +95,9 @@ class Lowerer {
   Plan plan_;
   std::map<const dsl::OpDecl*, int> attention_state_;  // declaration -> its acc buffer
   std::map<int, std::pair<int, int>> a2a_buffers_;     // alltoall op -> {xcounts, origin}
+  int current_op_ = -1;                                // the operation being lowered
+  std::vector<int64_t> rank_tasks_;                    // tasks per rank so far
+  int64_t entries_ = 0;                                // views and boxes of all tasks so far
 };
 
 // abi::ReduceOp of a reduction's name.

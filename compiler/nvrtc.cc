@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nvrtc.h>
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -37,7 +39,52 @@ std::string program_log(nvrtcProgram prog) {
   return log;
 }
 
+// The XY of "sm_XY", "sm_XYa", "sm_XYf" (or of a virtual "compute_XY"); -1 for anything else.
+int arch_number(const std::string& arch) {
+  const size_t begin = arch.rfind("sm_", 0) == 0 ? 3 : arch.rfind("compute_", 0) == 0 ? 8 : 0;
+  if (begin == 0) return -1;
+  size_t end = arch.size();
+  if (end > begin && (arch.back() == 'a' || arch.back() == 'f')) --end;
+  int v = -1;
+  const auto [ptr, ec] = std::from_chars(arch.data() + begin, arch.data() + end, v);
+  return end > begin && ec == std::errc() && ptr == arch.data() + end ? v : -1;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// NVRTC's own version, for messages ("13.0").
+std::string version_text() {
+  const int v = nvrtc_version();
+  return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+}
+
+// A real architecture this NVRTC knows, or UserError naming the ones it does.
+void check_arch(const std::string& arch) {
+  const int n = arch_number(arch);
+  const std::vector<std::string> known = supported_archs();
+  if (n >= 0 && std::find(known.begin(), known.end(), fmt::format("sm_{}", n)) != known.end())
+    return;
+  throw UserError(fmt::format(
+      "GPU architecture `{}` is not one NVRTC {} compiles for; it accepts {} (with an `a` "
+      "suffix, e.g. sm_90a, for the architecture-specific features mkc's Hopper GEMM uses)",
+      arch, version_text(), joined(known)));
+}
+
 }  // namespace
+
+std::vector<std::string> supported_archs() {
+  int n = 0;
+  MKC_NVRTC(nvrtcGetNumSupportedArchs(&n));
+  std::vector<int> archs(static_cast<size_t>(std::max(n, 0)));
+  if (n > 0) MKC_NVRTC(nvrtcGetSupportedArchs(archs.data()));
+  std::vector<std::string> out;
+  for (int a : archs) out.push_back(fmt::format("sm_{}", a));
+  return out;
+}
 
 std::vector<std::string> default_include_dirs() {
   const char* env = std::getenv("MKC_CUDA_HOME");
@@ -58,6 +105,7 @@ int nvrtc_version() {
 
 NvrtcOutput nvrtc_compile(std::string_view source, std::string_view program_name,
                           const NvrtcOptions& options, const std::vector<InMemoryHeader>& headers) {
+  check_arch(options.arch);
   std::vector<const char*> header_sources;
   std::vector<const char*> header_names;
   for (const InMemoryHeader& h : headers) {
@@ -91,6 +139,15 @@ NvrtcOutput nvrtc_compile(std::string_view source, std::string_view program_name
     throw NvrtcCompileError(
         fmt::format("NVRTC could not compile {} for {}:\n{}", name, options.arch, out.log),
         out.log);
+  }
+  if (r == NVRTC_ERROR_INVALID_OPTION) {
+    // The arch was checked above: one of the other options is the culprit, and NVRTC's log
+    // names it.
+    throw UserError(fmt::format(
+        "NVRTC {} refused an option compiling {} for {}: {}; the options were {} (mkc's, and "
+        "any from MKC_NVRTC_OPTIONS)",
+        version_text(), name, options.arch, out.log.empty() ? "(no log)" : out.log,
+        joined(options.extra)));
   }
   MKC_NVRTC(r);
 

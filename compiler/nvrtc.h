@@ -3,7 +3,9 @@
 //
 // API failures throw EnvironmentError naming the nvrtc call and its decoded result; a program that
 // does not compile throws NvrtcCompileError carrying NVRTC's log (the caller decides whether that
-// is the user's device code or a bug in mkc's generator).
+// is the user's device code or a bug in mkc's generator). An architecture this NVRTC does not
+// compile for, or an option it refuses (from the caller or $MKC_NVRTC_OPTIONS), is the user's to
+// fix: UserError naming it and what NVRTC accepts.
 #pragma once
 
 #include <stdexcept>
@@ -46,6 +48,10 @@ class NvrtcCompileError : public std::runtime_error {
 NvrtcOutput nvrtc_compile(std::string_view source, std::string_view program_name,
                           const NvrtcOptions& options,
                           const std::vector<InMemoryHeader>& headers = {});
+
+// The real architectures this NVRTC compiles for, as sm_XY names ("sm_75", ..., "sm_120"); an
+// `a` (or `f`) suffix selects architecture-specific features where the GPU has them (sm_90a).
+std::vector<std::string> supported_archs();
 
 // NVRTC's version as major*1000 + minor*10 (e.g. 13000), a key of the JIT cache.
 int nvrtc_version();

@@ -21,11 +21,17 @@ class Driver {
     json_ = dump_ && std::strcmp(env, "json") == 0;
   }
 
+  // Runs pass `fn`, then (when on) the verifier for the stage the plan has reached.
   template <typename F>
-  void pass(const char* name, Plan& plan, F fn) {
+  void pass(const char* name, Plan& plan, const PassOptions& o, Stage stage, F fn) {
     const auto start = std::chrono::steady_clock::now();
     const std::string before = dump_ ? summary(plan) : "";
     fn(plan);
+    if (o.verify) {
+      VerifyOptions vo;
+      vo.file = o.file;
+      verify_or_throw(plan, stage, name, vo);
+    }
     if (!dump_) return;
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -47,9 +53,11 @@ Plan build_plan(const compiler::CheckedSchedule& schedule, const PassOptions& op
   Plan plan;
   LowerOptions lo = options.lower;
   lo.sms = options.sms;
-  d.pass("lower", plan, [&](Plan& p) { p = lower(schedule, lo); });
-  d.pass("dependencies", plan, [&](Plan& p) { derive_dependencies(p, schedule.ranks_per_node); });
-  d.pass("schedule", plan, [&](Plan& p) {
+  if (lo.file == nullptr) lo.file = options.file;
+  d.pass("lower", plan, options, Stage::kLowered, [&](Plan& p) { p = lower(schedule, lo); });
+  d.pass("dependencies", plan, options, Stage::kDependencies,
+         [&](Plan& p) { derive_dependencies(p, schedule.ranks_per_node); });
+  d.pass("schedule", plan, options, Stage::kScheduled, [&](Plan& p) {
     ScheduleOptions so;
     so.sms = options.sms;
     so.roles = schedule.roles;

@@ -18,6 +18,7 @@ std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile>
   for (const CheckedSchedule& s : c->checked) {
     plan::PassOptions po;
     po.sms = options.sms;
+    po.file = file.get();
     c->plans.push_back(plan::build_plan(s, po));
   }
   for (const plan::Plan& p : c->plans) {

@@ -135,6 +135,12 @@ void set_args(Task& t, const A& a) {
   t.args.resize(sizeof(A) / 8);
   std::memcpy(t.args.data(), &a, sizeof(A));
 }
+// The range at t.args[*pos] (abi.h "ranges"); advances *pos. int64_t and abi::i64 are both 64-bit
+// integers, of different C++ types.
+inline abi::Range read_range(const Task& t, int* pos) {
+  static_assert(sizeof(int64_t) == sizeof(abi::i64), "64-bit arguments");
+  return abi::read_range(reinterpret_cast<const abi::i64*>(t.args.data()), pos);
+}
 template <typename A>
 A args_as(const Task& t) {
   static_assert(std::is_trivially_copyable_v<A> && sizeof(A) % 8 == 0, "64-bit fields only");

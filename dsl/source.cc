@@ -1,13 +1,14 @@
 #include "dsl/source.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "support/error.h"
 
@@ -24,19 +25,58 @@ SourceFile::SourceFile(std::string path, std::string text)
   }
 }
 
+namespace {
+
+// What a file that is not a regular one is, for the message refusing it.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
 std::shared_ptr<const SourceFile> SourceFile::read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are read, so the
+  // flag changes nothing else.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw UserError(fmt::format("cannot read `{}`: {}", path, std::strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
     throw UserError(fmt::format("cannot read `{}`: {}", path, std::strerror(errno)));
+  // A FIFO would block or never end, /dev/zero never ends: schedules come from regular files.
+  if (!S_ISREG(st.st_mode)) {
+    throw UserError(
+        fmt::format("cannot read `{}`: it is {}; mkc reads schedules from regular files", path,
+                    file_kind(st.st_mode)));
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
-  constexpr size_t kMaxBytes = 256u << 20;
-  if (text.size() > kMaxBytes) {
-    throw UserError(fmt::format("`{}` is {} bytes; schedules larger than {} MiB are refused", path,
-                                text.size(), kMaxBytes >> 20));
+  const auto too_big = [&](uint64_t bytes) {
+    return UserError(fmt::format("`{}` is {} bytes; schedules larger than {} MiB are refused", path,
+                                 bytes, kMaxBytes >> 20));
+  };
+  if (static_cast<uint64_t>(st.st_size) > kMaxBytes) throw too_big(st.st_size);
+  // Read to the cap plus one byte: a file that grows while it is read is still refused.
+  std::string text(static_cast<size_t>(st.st_size) + 1, '\0');
+  size_t got = 0;
+  while (true) {
+    if (got == text.size()) {
+      if (text.size() > kMaxBytes) throw too_big(got);
+      text.resize(std::min<size_t>(text.size() * 2, kMaxBytes + 1));
+    }
+    const ssize_t k = ::read(fd, text.data() + got, text.size() - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) throw UserError(fmt::format("cannot read `{}`: {}", path, std::strerror(errno)));
+    if (k == 0) break;
+    got += static_cast<size_t>(k);
   }
+  text.resize(got);
   return std::make_shared<SourceFile>(path, std::move(text));
 }
 

@@ -28,7 +28,12 @@ class SourceFile {
  public:
   SourceFile(std::string path, std::string text);
 
-  // Reads `path`; throws UserError naming the path and the reason when it cannot be read.
+  // The largest schedule read() accepts.
+  static constexpr size_t kMaxBytes = size_t{64} << 20;
+
+  // Reads `path`, a regular file of at most kMaxBytes; throws UserError naming the path and the
+  // reason when it cannot be read, is something else (a FIFO, a device, a directory: they could
+  // block or never end) or is larger.
   static std::shared_ptr<const SourceFile> read(const std::string& path);
 
   const std::string& path() const { return path_; }

@@ -21,8 +21,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kMagic = 0x6d6b6331;  // "mkc1"
+constexpr uint32_t kMagic = 0x6d6b6332;  // "mkc2": the introduction carries the job's token
 constexpr uint64_t kMaxBlob = 64ull << 20;
+constexpr uint32_t kMaxToken = 256;
+// How long a connection may take to introduce itself before rank 0 drops it.
+constexpr auto kHelloTime = std::chrono::seconds(5);
 
 // A launcher's variables: which names carry which field.
 struct Scheme {
@@ -97,11 +100,41 @@ void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-// A framed message: u32 magic, u32 rank, u32 world size, u64 length, bytes.
-struct Header {
-  uint32_t magic, rank, size, pad;
-  uint64_t length;
+// A rank's introduction: u32 magic, u32 rank, u32 world size, u32 token length, then the token.
+struct Hello {
+  uint32_t magic, rank, size, token_length;
 };
+
+// Equal strings, in a time that does not depend on where they differ.
+bool same_token(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ (i < b.size() ? b[i] : 0);
+  return diff == 0;
+}
+
+// MASTER_ADDR as an IPv4 address (a name is resolved), for rank 0 to listen on and the others to
+// connect to.
+sockaddr_in resolve(const World& w) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  const int g = ::getaddrinfo(w.master_addr.c_str(), nullptr, &hints, &res);
+  if (g != 0 || res == nullptr) {
+    throw EnvironmentError(fmt::format("rendezvous: cannot resolve MASTER_ADDR `{}`: {}",
+                                       w.master_addr, gai_strerror(g)));
+  }
+  sockaddr_in a{};
+  std::memcpy(&a, res->ai_addr, sizeof(a));
+  ::freeaddrinfo(res);
+  a.sin_port = htons(static_cast<uint16_t>(w.master_port));
+  return a;
+}
+
+std::string ip_text(const sockaddr_in& a) {
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &a.sin_addr, buf, sizeof(buf));
+  return buf;
+}
 
 }  // namespace
 
@@ -150,6 +183,7 @@ World detect_world(const EnvFn& env) {
                     w.size / w.local_size, w.source));
   }
   if (env(port_name) != nullptr) w.master_port = parse_int(env, port_name, 1, 65535);
+  if (const char* token = env("MKC_JOB_TOKEN")) w.token = token;
   return w;
 }
 
@@ -191,119 +225,207 @@ Placement place_ranks(const World& world, int requested, int gpus, bool share_gp
 Rendezvous::Rendezvous(const World& world, std::chrono::milliseconds timeout)
     : world_(world), timeout_(timeout) {
   if (world_.size == 1) return;
+  if (world_.token.size() > kMaxToken)
+    throw UserError(
+        fmt::format("MKC_JOB_TOKEN is {} bytes; at most {}", world_.token.size(), kMaxToken));
   const auto deadline = Clock::now() + timeout_;
   const std::string where = fmt::format("{}:{}", world_.master_addr, world_.master_port);
-  if (world_.rank == 0) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (listen_fd_ < 0) throw EnvironmentError("rendezvous: socket() failed: " + errno_text());
-    int one = 1;
-    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons(static_cast<uint16_t>(world_.master_port));
-    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-        ::listen(listen_fd_, world_.size) != 0) {
-      const std::string e = errno_text();
-      ::close(listen_fd_);
-      listen_fd_ = -1;
-      throw EnvironmentError(
-          fmt::format("rendezvous: rank 0 cannot listen on port {}: {}; pick another MASTER_PORT",
-                      world_.master_port, e));
+  const sockaddr_in addr = resolve(world_);
+  // A constructor that throws runs no destructor: close what was opened.
+  try {
+    if (world_.rank == 0) {
+      accept_ranks(addr, deadline);
+    } else {
+      connect_to_rank0(addr, deadline, where);
     }
-    peers_.assign(world_.size, -1);
-    int joined = 1;
+  } catch (...) {
+    close_all();
+    throw;
+  }
+}
+
+// Rank 0: listens on MASTER_ADDR's address and takes the other ranks as they introduce themselves.
+// Connections are read side by side (poll), each given kHelloTime, so one that stays silent or
+// sends a wrong token delays nobody.
+void Rendezvous::accept_ranks(const sockaddr_in& addr, Clock::time_point deadline) {
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) throw EnvironmentError("rendezvous: socket() failed: " + errno_text());
+  int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(listen_fd_, world_.size) != 0) {
+    const int e = errno;
+    const std::string text = errno_text();
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    throw EnvironmentError(
+        fmt::format("rendezvous: rank 0 cannot listen on {}:{} (MASTER_ADDR `{}`): {}; {}",
+                    ip_text(addr), world_.master_port, world_.master_addr, text,
+                    e == EADDRNOTAVAIL ? "MASTER_ADDR must be an address of rank 0's host"
+                                       : "pick another MASTER_PORT"));
+  }
+  struct Pending {
+    int fd;
+    std::string bytes;  // the introduction so far
+    Clock::time_point until;
+  };
+  std::vector<Pending> pending;
+  const auto drop = [&](size_t i) {
+    ::close(pending[i].fd);
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  int refused = 0;
+  peers_.assign(world_.size, -1);
+  int joined = 1;
+  try {
     while (joined < world_.size) {
-      pollfd pfd{listen_fd_, POLLIN, 0};
-      const int r = ::poll(&pfd, 1, remaining_ms(deadline));
-      if (r < 0 && errno == EINTR) continue;
-      if (r == 0) {
+      const auto now = Clock::now();
+      for (size_t i = pending.size(); i-- > 0;) {
+        if (now >= pending[i].until) {
+          drop(i);  // silent too long: not one of ours, or stuck
+          ++refused;
+        }
+      }
+      if (now >= deadline) {
         std::string missing;
         for (int k = 1; k < world_.size; ++k) {
           if (peers_[k] < 0) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", k);
         }
         throw EnvironmentError(fmt::format(
-            "rendezvous: rank 0 waited {:.1f} s on port {} and rank(s) {} of {} never came "
-            "(not started, crashed, or pointed at another MASTER_ADDR/MASTER_PORT)",
-            timeout_.count() / 1e3, world_.master_port, missing, world_.size));
+            "rendezvous: rank 0 waited {:.1f} s on {}:{} and rank(s) {} of {} never came "
+            "(not started, crashed, or pointed at another MASTER_ADDR/MASTER_PORT{}){}",
+            timeout_.count() / 1e3, ip_text(addr), world_.master_port, missing, world_.size,
+            world_.token.empty() ? "" : ", or given another MKC_JOB_TOKEN",
+            refused > 0 ? fmt::format("; {} connection(s) refused (a wrong token, a bad or no "
+                                      "introduction)",
+                                      refused)
+                        : ""));
       }
-      const int fd = ::accept(listen_fd_, nullptr, nullptr);
-      if (fd < 0) continue;
-      set_nodelay(fd);
-      Header h{};
-      if (recv_all(fd, &h, sizeof(h), deadline) != Recv::kOk || h.magic != kMagic) {
-        ::close(fd);  // not one of ours (a port scanner, a stale process): ignore it
-        continue;
-      }
-      if (static_cast<int>(h.size) != world_.size || h.rank == 0 ||
-          static_cast<int>(h.rank) >= world_.size) {
-        ::close(fd);
-        throw EnvironmentError(fmt::format(
-            "rendezvous: a process said it is rank {} of {}, but this job is {} ranks: two jobs "
-            "on one MASTER_PORT, or inconsistent launcher variables",
-            h.rank, h.size, world_.size));
-      }
-      // The acknowledgement: a rank that reached a listener about to close (the previous job's,
-      // in this process) gets none and connects again.
-      const char ack = 'k';
-      if (!send_all(fd, &ack, 1)) {
-        ::close(fd);
-        continue;
-      }
-      // A rank that connects again gave up waiting for the acknowledgement of its first
-      // connection: the newer one is the live one.
-      if (peers_[h.rank] >= 0) {
-        ::close(peers_[h.rank]);
-      } else {
-        ++joined;
-      }
-      peers_[h.rank] = fd;
-    }
-  } else {
-    addrinfo hints{}, *res = nullptr;
-    hints.ai_family = AF_INET;
-    hints.ai_socktype = SOCK_STREAM;
-    const int g = ::getaddrinfo(world_.master_addr.c_str(),
-                                std::to_string(world_.master_port).c_str(), &hints, &res);
-    if (g != 0) {
-      throw EnvironmentError(fmt::format("rendezvous: cannot resolve MASTER_ADDR `{}`: {}",
-                                         world_.master_addr, gai_strerror(g)));
-    }
-    // Connect, introduce this rank, wait for rank 0's acknowledgement; until then any failure
-    // (rank 0 not listening yet, or a listener of a job that is ending) means: try again.
-    const Header h{kMagic, static_cast<uint32_t>(world_.rank), static_cast<uint32_t>(world_.size),
-                   0, 0};
-    int fd = -1;
-    while (true) {
-      fd = ::socket(AF_INET, SOCK_STREAM, 0);
-      if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+      std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}};
+      for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
+      auto wake = deadline;
+      for (const Pending& p : pending) wake = std::min(wake, p.until);
+      const int r = ::poll(fds.data(), fds.size(), std::max(1, remaining_ms(wake)));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) continue;
+      // Read what the pending connections sent; back to front, so dropping one keeps the
+      // indices of those still to visit.
+      for (size_t i = pending.size(); i-- > 0;) {
+        if ((fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        Pending& p = pending[i];
+        Hello h{};
+        size_t want = sizeof(h);
+        if (p.bytes.size() >= sizeof(h)) {
+          std::memcpy(&h, p.bytes.data(), sizeof(h));
+          want += h.token_length;
+        }
+        char buf[512];
+        const ssize_t k =
+            ::recv(p.fd, buf, std::min(sizeof(buf), want - p.bytes.size()), MSG_DONTWAIT);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (k <= 0) {
+          drop(i);  // gone before it said who it is
+          continue;
+        }
+        p.bytes.append(buf, static_cast<size_t>(k));
+        if (p.bytes.size() < sizeof(h)) continue;
+        std::memcpy(&h, p.bytes.data(), sizeof(h));
+        if (h.magic != kMagic || h.token_length > kMaxToken) {
+          drop(i);  // not one of ours (a port scanner, an older mkc, a stale process)
+          ++refused;
+          continue;
+        }
+        if (p.bytes.size() < sizeof(h) + h.token_length) continue;
+        if (!same_token(p.bytes.substr(sizeof(h)), world_.token)) {
+          drop(i);  // another job's rank, or not a rank at all
+          ++refused;
+          continue;
+        }
+        if (static_cast<int>(h.size) != world_.size || h.rank == 0 ||
+            static_cast<int>(h.rank) >= world_.size) {
+          drop(i);
+          throw EnvironmentError(fmt::format(
+              "rendezvous: a process said it is rank {} of {}, but this job is {} ranks: two "
+              "jobs on one MASTER_PORT, or inconsistent launcher variables",
+              h.rank, h.size, world_.size));
+        }
+        // The acknowledgement: a rank that reached a listener about to close (the previous
+        // job's, in this process) gets none and connects again.
+        const char ack = 'k';
+        const int fd = p.fd;
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        if (!send_all(fd, &ack, 1)) {
+          ::close(fd);
+          continue;
+        }
         set_nodelay(fd);
-        char ack = 0;
-        const auto ack_by = std::min(deadline, Clock::now() + std::chrono::seconds(2));
-        if (send_all(fd, &h, sizeof(h)) && recv_all(fd, &ack, 1, ack_by) == Recv::kOk && ack == 'k')
-          break;
+        // A rank that connects again gave up waiting for the acknowledgement of its first
+        // connection: the newer one is the live one.
+        if (peers_[h.rank] >= 0) {
+          ::close(peers_[h.rank]);
+        } else {
+          ++joined;
+        }
+        peers_[h.rank] = fd;
       }
-      if (fd >= 0) ::close(fd);
-      fd = -1;
-      if (remaining_ms(deadline) == 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (fds[0].revents & POLLIN) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) pending.push_back({fd, std::string(), Clock::now() + kHelloTime});
+      }
     }
-    ::freeaddrinfo(res);
-    if (fd < 0) {
-      throw EnvironmentError(fmt::format(
-          "rendezvous: rank {} could not reach rank 0 at {} within {:.1f} s (is rank 0 running, "
-          "and MASTER_ADDR/MASTER_PORT the same for every rank?)",
-          world_.rank, where, timeout_.count() / 1e3));
-    }
-    peers_ = {fd};
+  } catch (...) {
+    for (const Pending& p : pending) ::close(p.fd);
+    throw;
   }
+  for (const Pending& p : pending) ::close(p.fd);
+}
+
+// Every other rank: connects to rank 0, introduces itself with the token and waits for the
+// acknowledgement; until then any failure (rank 0 not listening yet, or a listener of a job that
+// is ending) means: try again.
+void Rendezvous::connect_to_rank0(const sockaddr_in& addr, Clock::time_point deadline,
+                                  const std::string& where) {
+  const Hello h{kMagic, static_cast<uint32_t>(world_.rank), static_cast<uint32_t>(world_.size),
+                static_cast<uint32_t>(world_.token.size())};
+  const std::string hello =
+      std::string(reinterpret_cast<const char*>(&h), sizeof(h)) + world_.token;
+  int fd = -1;
+  while (true) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
+      set_nodelay(fd);
+      char ack = 0;
+      const auto ack_by = std::min(deadline, Clock::now() + std::chrono::seconds(2));
+      if (send_all(fd, hello.data(), hello.size()) && recv_all(fd, &ack, 1, ack_by) == Recv::kOk &&
+          ack == 'k')
+        break;
+    }
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+    if (remaining_ms(deadline) == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (fd < 0) {
+    throw EnvironmentError(fmt::format(
+        "rendezvous: rank {} could not reach rank 0 at {} within {:.1f} s (is rank 0 running, "
+        "and MASTER_ADDR/MASTER_PORT{} the same for every rank?)",
+        world_.rank, where, timeout_.count() / 1e3,
+        world_.token.empty() ? "" : " and MKC_JOB_TOKEN"));
+  }
+  peers_ = {fd};
 }
 
 Rendezvous::~Rendezvous() {
+  close_all();
+}
+
+void Rendezvous::close_all() {
   for (int fd : peers_) {
     if (fd >= 0) ::close(fd);
   }
+  peers_.clear();
   if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
 }
 
 std::vector<std::string> Rendezvous::all_gather(const std::string& mine) {

@@ -9,7 +9,18 @@
 // small blobs (memory handles, queue-pair numbers) before any GPU traffic: all_gather() and
 // barrier(). Every step has a deadline; a rank that never comes, or goes away, is named in the
 // error instead of a hang.
+//
+// Who may join: rank 0 listens on MASTER_ADDR's address only (loopback, 127.0.0.1, when the job
+// names none: a one-host job), not on every interface. A rank introduces itself with the job's
+// token, MKC_JOB_TOKEN (mkrun generates one per job and gives it to its ranks; with another
+// launcher, export the same random value to every rank); rank 0 drops a connection whose token
+// differs, and gives each connection a few seconds to introduce itself, so a stray or silent one
+// neither joins nor stalls the job. Without a token, what protects the job is that address, the
+// job's port, and the world size and rank a connection must state: any process that can reach
+// MASTER_ADDR:MASTER_PORT first could take a rank's place (docs/API.md).
 #pragma once
+
+#include <netinet/in.h>
 
 #include <chrono>
 #include <functional>
@@ -26,6 +37,7 @@ struct World {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string source = "single process";  // which launcher's variables were used
+  std::string token;                      // MKC_JOB_TOKEN: what a rank shows rank 0 to join
   bool single_node() const { return local_size == size; }
 };
 
@@ -52,9 +64,10 @@ Placement place_ranks(const World& world, int requested, int gpus, bool share_gp
 
 class Rendezvous {
  public:
-  // Rank 0 listens on world.master_port (all interfaces) and waits for the other ranks; the others
-  // connect to master_addr:master_port, retrying until rank 0 listens. Throws EnvironmentError
-  // after `timeout` naming the ranks that never came (rank 0) or the address that never answered.
+  // Rank 0 listens on master_addr:master_port (that address only) and waits for the other ranks,
+  // each showing world.token; the others connect there, retrying until rank 0 listens and takes
+  // them. Throws EnvironmentError after `timeout` naming the ranks that never came (rank 0, with
+  // the connections it refused) or the address that never answered.
   Rendezvous(const World& world, std::chrono::milliseconds timeout);
   ~Rendezvous();
   Rendezvous(const Rendezvous&) = delete;
@@ -67,6 +80,11 @@ class Rendezvous {
   const World& world() const { return world_; }
 
  private:
+  using Deadline = std::chrono::steady_clock::time_point;
+  void accept_ranks(const sockaddr_in& addr, Deadline deadline);
+  void connect_to_rank0(const sockaddr_in& addr, Deadline deadline, const std::string& where);
+  void close_all();
+
   World world_;
   std::chrono::milliseconds timeout_;
   int listen_fd_ = -1;

@@ -110,6 +110,9 @@ class LocalJob {
   Rank& local(int rank, const char* what) const;
   void init(const std::string& cubin, const codegen::Generated& kernel);
   void release(bool barrier);
+  // local_job_heap.cc
+  void allocate_heap(Rank& rank);
+  void enable_peer_access();
   void enqueue(int r, CUstream stream);
   void finish(const std::vector<int>& which);
   void raise_errors(const std::vector<int>& which);
@@ -131,7 +134,7 @@ class LocalJob {
   std::vector<std::pair<int, CUstream>> pending_;  // launch_async's, until synchronize()
 };
 
-// Host conversions used for uploads and downloads.
+// Host conversions used for uploads and downloads (local_job_convert.h has the others).
 uint16_t to_bf16(float f);
 float from_bf16(uint16_t h);
 

@@ -1,5 +1,6 @@
 // TMA descriptors (CUtensorMap) for the views a generated kernel loads with bulk tensor copies
-// (codegen::TensorMapSpec, templates/mkc/gemm_sm90.cuh): 2-D, row-major, 128-byte swizzle, zero
+// (codegen::TensorMapSpec, gemm_sm90.cuh, attention_sm90.cuh): 2-D or 3-D, row-major, 128-byte
+// swizzle, zero
 // fill outside the view. The constraints TMA puts on them (16-byte aligned start and row stride,
 // box inner extent of at most 128 bytes under this swizzle) are checked here, with an error that
 // names the buffer, before the driver sees them.

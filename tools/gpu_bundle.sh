@@ -15,16 +15,16 @@ done
 # mkc itself optimised: `mkc run --check` computes its reference on the CPU.
 # job_probe: one rank of multiprocess_test's jobs.
 bazel build -c opt //:mkc //bench:gemm_bench //bench:allreduce_bench //bench:gemm_allreduce_bench \
-  //samples/host:gemm_allreduce //tools/mkrun //tests/runtime:job_probe
+  //samples/host:gemm_allreduce //tools/mkrun //tests/runtime:job_probe //runtime:libmkc.so
 cp bazel-bin/mkc bazel-bin/bench/gemm_bench bazel-bin/bench/allreduce_bench \
   bazel-bin/bench/gemm_allreduce_bench \
   bazel-bin/samples/host/gemm_allreduce bazel-bin/tools/mkrun/mkrun bazel-bin/tests/runtime/job_probe \
-  "$dest/"
+  bazel-bin/runtime/libmkc.so "$dest/"
 bazel build //:mkc
 # Tests open samples/*.mks relative to where they run.
 cp -r samples "$dest/samples"
 cp tools/gpu_acceptance.sh "$dest/"
-mkdir -p "$dest/bench" && cp bench/*.mks "$dest/bench/"
+mkdir -p "$dest/bench" && cp bench/*.mks bench/*.py "$dest/bench/"
 cat > "$dest/run_gpu_tests.sh" <<'RUN'
 #!/usr/bin/env bash
 # Runs every GPU test binary in this folder; prints doctest's summary for each.

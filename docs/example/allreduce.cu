@@ -39,20 +39,20 @@ __device__ __forceinline__ void run_task(int cls, const mkc::KernelArgs& a, cons
   }
 }
 
-// The plan: 12 tasks, 10 events.
+// The plan: 12 tasks, 6 events.
 __device__ const mkc::TaskRecord kTasks[] = {
     {-1, 0, 0, 0, 0, 0, 0, 0, 1},  // 0: launch_fence on rank 0
     {-1, 0, 0, 0, 0, 0, 0, 1, 1},  // 1: launch_fence on rank 1
     {0, 0, 2, 0, 6, 0, 1, 2, 2},  // 2: ar.chunk(0).to(0) on rank 1
     {0, 2, 2, 6, 6, 1, 1, 4, 2},  // 3: ar.chunk(0).to(1) on rank 0
-    {1, 4, 3, 12, 9, 2, 2, 6, 0},  // 4: ar.chunk(0).reduce on rank 0
-    {1, 7, 3, 21, 9, 4, 2, 6, 0},  // 5: ar.chunk(0).reduce on rank 1
-    {0, 10, 2, 30, 6, 6, 1, 6, 2},  // 6: ar.chunk(1).to(0) on rank 1
-    {0, 12, 2, 36, 6, 7, 1, 8, 2},  // 7: ar.chunk(1).to(1) on rank 0
-    {1, 14, 3, 42, 9, 8, 2, 10, 0},  // 8: ar.chunk(1).reduce on rank 0
-    {1, 17, 3, 51, 9, 10, 2, 10, 0},  // 9: ar.chunk(1).reduce on rank 1
-    {-1, 20, 0, 60, 0, 12, 0, 10, 0},  // 10: launch_end on rank 0
-    {-1, 20, 0, 60, 0, 12, 0, 10, 0},  // 11: launch_end on rank 1
+    {1, 4, 3, 12, 9, 2, 1, 6, 0},  // 4: ar.chunk(0).reduce on rank 0
+    {1, 7, 3, 21, 9, 3, 1, 6, 0},  // 5: ar.chunk(0).reduce on rank 1
+    {0, 10, 2, 30, 6, 4, 1, 6, 2},  // 6: ar.chunk(1).to(0) on rank 1
+    {0, 12, 2, 36, 6, 5, 1, 8, 2},  // 7: ar.chunk(1).to(1) on rank 0
+    {1, 14, 3, 42, 9, 6, 1, 10, 0},  // 8: ar.chunk(1).reduce on rank 0
+    {1, 17, 3, 51, 9, 7, 1, 10, 0},  // 9: ar.chunk(1).reduce on rank 1
+    {-1, 20, 0, 60, 0, 8, 0, 10, 0},  // 10: launch_end on rank 0
+    {-1, 20, 0, 60, 0, 8, 0, 10, 0},  // 11: launch_end on rank 1
     {}};
 __device__ const mkc::View kViews[] = {
     {1, 0, 0, 1, {131072, 1, 1, 1, 1, 1}},
@@ -87,30 +87,26 @@ __device__ const long long kArgs[] = {
     0, 1, 1, 1, 65536, 131072, 1, 65536, 131072,
     0};
 __device__ const mkc::Wait kWaits[] = {
-    {8, 1, 0},
-    {9, 1, 0},
     {0, 1, 0},
-    {4, 1, 0},
     {1, 1, 0},
-    {5, 1, 0},
-    {8, 1, 0},
-    {9, 1, 0},
-    {2, 1, 0},
-    {6, 1, 0},
-    {3, 1, 0},
-    {7, 1, 0},
+    {2, 2, 0},
+    {3, 2, 0},
+    {0, 1, 0},
+    {1, 1, 0},
+    {4, 2, 0},
+    {5, 2, 0},
     {}};
 __device__ const mkc::Signal kSignals[] = {
-    {8, 1, 1},
-    {9, 0, 1},
-    {0, 0, 1},
-    {5, 1, 0},
-    {1, 1, 1},
-    {4, 0, 0},
+    {0, 1, 1},
+    {1, 0, 1},
     {2, 0, 1},
-    {7, 1, 0},
+    {3, 1, 0},
+    {2, 0, 0},
     {3, 1, 1},
-    {6, 0, 0},
+    {4, 0, 1},
+    {5, 1, 0},
+    {4, 0, 0},
+    {5, 1, 1},
     {}};
 // Each rank's CTA lists: kCtaList[kCtaStart[r * (kCtas + 1) + c] ...] in order.
 __device__ const int kCtaStart[] = {

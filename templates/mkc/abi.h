@@ -72,6 +72,35 @@ struct alignas(64) TensorMap {
   u64 raw[16];
 };
 
+// ---- the host proxy: edges to other nodes ------------------------------------------------------
+// Each rank has one ring of requests in host-mapped memory. A comm CTA that feeds an edge to a rank
+// on another node claims entry n (atomic add on `head`), waits until n - tail < kProxySlots (the
+// proxy's credits: a full ring makes it wait, with the task's deadline, never overwrite), writes
+// the request, then publishes it by storing seq = n + 1 with a release at system scope. The
+// rank's proxy thread (runtime/net/proxy.h) takes entries in order: it moves `bytes` from the
+// sending rank's symmetric heap to the destination rank's, through the transport (TCP or RDMA),
+// and once they are visible in the destination GPU's memory, adds 1 to the destination rank's
+// proxy counter `event`; then it advances `tail`.
+constexpr int kProxySlots = 1024;
+
+struct ProxyRequest {
+  u64 seq;         // n + 1 once entry n is complete (the proxy reads it first, acquire)
+  i64 src_offset;  // bytes into the sending rank's symmetric heap
+  i64 dst_offset;  // bytes into the destination rank's symmetric heap
+  i64 bytes;       // 0: a signal only
+  int dst_rank;
+  int event;  // the destination rank's proxy counter to add 1 to after the bytes (-1: none)
+  u64 reserved[3];
+};
+
+struct ProxyRing {
+  u64 head;  // the next entry to claim (device atomics)
+  u64 pad0[7];
+  u64 tail;  // entries the proxy has taken (written by the proxy, read by the device)
+  u64 pad1[7];
+  ProxyRequest entries[kProxySlots];
+};
+
 // The kernel's one parameter.
 struct KernelArgs {
   void* const* buffers;          // [ranks * buffers]: this process's address of each rank's buffer
@@ -82,6 +111,8 @@ struct KernelArgs {
   ErrorRecord* error;            // host-mapped
   u64* trace;                    // optional: [tasks * 2] start/end %globaltimer, or null
   const TensorMap* tensor_maps;  // the plan's TMA descriptors (device memory), or null
+  ProxyRing* proxy;              // this rank's ring to its proxy (host-mapped), or null
+  u64* proxy_events;             // this rank's proxy counters (host-mapped), or null
 };
 
 // One task of the generated table kTasks: its class (the task_class_<n> it runs, -1: no body)
@@ -155,6 +186,9 @@ struct AttentionTileArgs {
   i64 first;
   i64 last;
   i64 scale_bits;  // the softmax scale, a double's bits
+  i64 map_q;       // TMA descriptors of the Q, K and V views ([L, S, D], 3-D), or kNoMap
+  i64 map_k;
+  i64 map_v;
 };
 
 // signal: no views.
@@ -229,7 +263,7 @@ static_assert(sizeof(GroupedGemmTileArgs) == 5 * 8, "grouped_gemm_tile has 5 arg
 static_assert(sizeof(MapTileArgs) == 3 * 8, "map_tile has 3 arguments");
 static_assert(sizeof(CopyArgs) == 2 * 8, "copy has 2 arguments");
 static_assert(sizeof(ReduceTileArgs) == 4 * 8, "reduce_tile has 4 arguments");
-static_assert(sizeof(AttentionTileArgs) == 8 * 8, "attention_tile has 8 arguments");
+static_assert(sizeof(AttentionTileArgs) == 11 * 8, "attention_tile has 11 arguments");
 static_assert(sizeof(SignalArgs) == 8, "signal has 1 argument");
 static_assert(sizeof(A2aCountsArgs) == 2 * 8, "a2a_counts has 2 arguments");
 static_assert(sizeof(A2aSendArgs) == 4 * 8, "a2a_send has 4 arguments");
@@ -243,7 +277,9 @@ static_assert(sizeof(TaskRecord) == 9 * 4, "a task record is nine ints");
 static_assert(sizeof(ErrorRecord) == 4 * 4 + 2 * 8, "the error record the host reads");
 static_assert(sizeof(TensorMap) == 128, "a CUtensorMap is 128 bytes");
 static_assert(sizeof(void*) == 8, "the kernel argument block assumes 64-bit pointers");
-static_assert(sizeof(KernelArgs) == 8 * 8, "the kernel argument block is eight 8-byte words");
+static_assert(sizeof(KernelArgs) == 10 * 8, "the kernel argument block is ten 8-byte words");
+static_assert(sizeof(ProxyRequest) == 64, "a proxy request is one 64-byte line");
+static_assert(sizeof(ProxyRing) == 128 + 64 * kProxySlots, "head and tail on lines of their own");
 
 }  // namespace abi
 }  // namespace mkc

@@ -113,7 +113,7 @@ __device__ inline bool wait_all(const KernelArgs& a, const Wait* waits, int n) {
     }
   }
   __syncthreads();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MKC_NO_PROXY_FENCE)
   // What the producers wrote with generic stores is read next by TMA (the async proxy).
   asm volatile("fence.proxy.async.global;" ::: "memory");
 #endif

@@ -389,7 +389,7 @@ TEST_CASE("-D values follow the language's integer rules, and a repeated -D is a
     }
     return std::string("no error");
   };
-  CHECK(message("M=32") == "-D M=32: `M` is set already (-D M=16); give each parameter once");
+  CHECK(message("M=32") == "-D M=32: `M` is already set (-D M=16); give each parameter once");
   CHECK(message("K=abc") == "-D K=abc: `abc` is not an integer (write 4096, 4_096 or 0x1000)");
   CHECK(message("K=99999999999999999999") ==
         "-D K=99999999999999999999: `99999999999999999999` is out of range: integers must fit "

@@ -17,6 +17,7 @@
 #include "dsl/parser.h"
 #include "support/error.h"
 #include "support/parallel.h"
+#include "tests/compiler/plan_testing.h"
 
 namespace mkc::plan {
 namespace {
@@ -36,10 +37,9 @@ const std::map<std::string, std::map<std::string, int64_t>> kSmall = {
     {"ring_attention", {{"B", 1}, {"H", 1}, {"S", 1024}, {"D", 4}}},
 };
 
-HostFns host_fns() {
-  return {{"swiglu",
-           [](const std::vector<double>& a) { return a[0] / (1.0 + std::exp(-a[0])) * a[1]; }}};
-}
+using testing::compare;
+using testing::host_fns;
+using testing::interpret_and_compare;
 
 struct Compiled {
   dsl::Module module;
@@ -57,55 +57,6 @@ Compiled compile(const std::string& path, int64_t ranks) {
   if (!diags.has_errors()) c.checked = compiler::check(c.module, opts, diags);
   REQUIRE_MESSAGE(!diags.has_errors(), dsl::render_text(diags.all(), false));
   return c;
-}
-
-// Relative L2 error between the interpreter's and the reference's user tensors; a NaN where the
-// reference has a value (an element the plan never wrote) fails outright.
-void compare(const compiler::CheckedSchedule& s, const RankData& got,
-             const std::vector<std::vector<double>>& want, const std::string& where) {
-  for (size_t t = 0; t < s.tensors.size(); ++t) {
-    double num = 0, den = 0;
-    int64_t unwritten = 0;
-    for (size_t e = 0; e < want[t].size(); ++e) {
-      const double a = got[t][e], b = want[t][e];
-      if (std::isnan(b)) continue;
-      if (std::isnan(a)) {
-        ++unwritten;
-        continue;
-      }
-      num += (a - b) * (a - b);
-      den += b * b;
-    }
-    const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-    CHECK_MESSAGE(unwritten == 0, where << " tensor " << s.tensors[t].name << ": " << unwritten
-                                        << " elements never written");
-    CHECK_MESSAGE(rel <= 1e-9,
-                  where << " tensor " << s.tensors[t].name << ": relative error " << rel);
-  }
-}
-
-// Interprets `plan` over io.launches launches and compares every rank's user tensors, after each
-// launch, with the reference evaluated on the same inputs.
-void interpret_and_compare(const compiler::CheckedSchedule& s, const Plan& plan,
-                           const InterpretOptions& io, const std::string& label) {
-  const int64_t R = plan.ranks;
-  const InterpretResult res = interpret(plan, io);
-  for (int launch = 1; launch <= io.launches; ++launch) {
-    std::vector<std::vector<std::vector<double>>> ref(R);
-    for (int64_t r = 0; r < R; ++r) {
-      RankData inputs(plan.buffers.size());
-      for (size_t b = 0; b < plan.buffers.size(); ++b)
-        inputs[b].assign(plan.buffers[b].elements(), std::nan(""));
-      io.inputs(static_cast<int>(r), launch, inputs);
-      inputs.resize(s.tensors.size());
-      ref[r] = inputs;
-    }
-    reference(s, io.fns, ref);
-    for (int64_t r = 0; r < R; ++r) {
-      compare(s, res.snapshots[launch - 1][r], ref[r],
-              fmt::format("{} launch={} rank={}", label, launch, r));
-    }
-  }
 }
 
 void run_sample(const std::string& name) {

@@ -1,10 +1,10 @@
 // `mkc check` end to end, in-process: exit codes, --emit=ast, JSON diagnostics, and robustness on
 // hostile input (empty, binary, 10 MB, deeply nested), each answered with diagnostics and exit 1
-// in bounded time. Also times the check of a generated 1,000-line schedule.
+// (a hang is the test timeout's to catch), and a generated 1,000-line schedule checked. How long
+// checking takes is measured by bench/check_bench, not asserted here.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -20,16 +20,12 @@ struct Result {
   int code;
   std::string out;
   std::string err;
-  double ms;
 };
 
 Result run_cli(std::vector<std::string> args) {
   std::ostringstream out, err;
-  const auto t0 = std::chrono::steady_clock::now();
   const int code = run(args, out, err);
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return {code, out.str(), err.str(), ms};
+  return {code, out.str(), err.str()};
 }
 
 std::string temp_file(const std::string& name, const std::string& contents) {
@@ -108,7 +104,7 @@ TEST_CASE("check --emit=ast: bytes that are not UTF-8 in a device body do not br
         std::string::npos);
 }
 
-TEST_CASE("robustness: hostile inputs get diagnostics and exit 1, quickly") {
+TEST_CASE("robustness: hostile inputs get diagnostics and exit 1") {
   std::mt19937 rng(42);
   std::string binary(64 << 10, '\0');
   for (char& c : binary) c = static_cast<char>(rng());
@@ -117,29 +113,25 @@ TEST_CASE("robustness: hostile inputs get diagnostics and exit 1, quickly") {
   struct Case {
     const char* name;
     std::string text;
-    double limit_ms;
   };
   const Case cases[] = {
-      {"empty", "", 1000},
-      {"binary", binary, 1000},
-      {"ten_mb", big, 10000},
-      {"deep_parens", "schedule s { param M = " + std::string(1 << 20, '(') + " }", 1000},
-      {"deep_braces", std::string(1 << 20, '{'), 1000},
+      {"empty", ""},
+      {"binary", binary},
+      {"ten_mb", big},
+      {"deep_parens", "schedule s { param M = " + std::string(1 << 20, '(') + " }"},
+      {"deep_braces", std::string(1 << 20, '{')},
       {"deep_loops",
        [] {
          std::string s = "schedule s {";
          for (int i = 0; i < 10000; ++i) s += fmt::format(" loop i{} in 0 .. 2 {{", i);
          return s;
-       }(),
-       1000},
-      {"unterminated_device", "schedule s { device f(x: f32) -> f32 { return x; ", 1000},
+       }()},
+      {"unterminated_device", "schedule s { device f(x: f32) -> f32 { return x; "},
   };
   for (const Case& c : cases) {
     const Result r = run_cli({"check", temp_file(std::string(c.name) + ".mks", c.text)});
-    MESSAGE(fmt::format("{}: {} bytes, exit {}, {:.1f} ms", c.name, c.text.size(), r.code, r.ms));
     CHECK_MESSAGE(r.code == 1, c.name);
     CHECK_MESSAGE(r.err.find("error:") != std::string::npos, c.name);
-    CHECK_MESSAGE(r.ms < c.limit_ms, c.name);
   }
 }
 
@@ -156,21 +148,13 @@ std::string thousand_lines() {
   return s + "}\n";
 }
 
-TEST_CASE("performance: checking a 1,000-line schedule") {
+TEST_CASE("a 1,000-line schedule checks clean") {
   const std::string text = thousand_lines();
   const int lines = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
-  const std::string path = temp_file("thousand.mks", text);
-  double best = 1e9;
-  for (int i = 0; i < 3; ++i) {
-    const Result r = run_cli({"check", "--ranks", "8", path});
-    REQUIRE_MESSAGE(r.code == 0, r.err);
-    best = std::min(best, r.ms);
-  }
-  MESSAGE(fmt::format("mkc check of {} lines: {:.1f} ms (best of 3)", lines, best));
   CHECK(lines >= 1000);
-  // The target is "well under 100 ms" in an optimized build; unoptimized and sanitizer builds get
-  // headroom so the test stays meaningful there too.
-  CHECK(best < 1000);
+  const Result r = run_cli({"check", "--ranks", "8", temp_file("thousand.mks", text)});
+  CHECK_MESSAGE(r.code == 0, r.err);
+  CHECK(r.out.find("schedule `big` ok: 335 tensors") != std::string::npos);
 }
 
 }  // namespace

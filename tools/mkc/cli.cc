@@ -1,14 +1,23 @@
+// The `mkc` command line: a table of subcommands (check, compile, run, devices, help), each with
+// its own usage (`mkc <command> --help`), the flags they share, and the mapping of mkc's errors to
+// exit codes (cli.h). Output is checked at the end: a standard output that could not be written
+// (a full disk) is an error, not a silent success.
 #include "tools/mkc/cli.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <optional>
 #include <ostream>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -18,6 +27,7 @@
 #include "compiler/nvrtc.h"
 #include "compiler/passes.h"
 #include "compiler/pipeline.h"
+#include "compiler/verify_schedule.h"
 #include "dsl/ast_json.h"
 #include "dsl/diagnostics.h"
 #include "dsl/parser.h"
@@ -33,50 +43,116 @@
 namespace mkc::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: mkc <command> [options]
+// Bounds on counts, so a typo cannot make mkc allocate or wait without end.
+constexpr int64_t kMaxSms = 1024;             // today's largest GPUs have under 200 SMs
+constexpr int64_t kMaxIters = 1'000'000;      // --iters
+constexpr int64_t kMaxTimeoutMs = 3'600'000;  // --timeout-ms: one hour
 
-mkc compiles .mks schedules into one persistent multi-GPU CUDA kernel.
+constexpr const char* kCheckUsage = R"(usage: mkc check [options] FILE...
 
-commands:
-  check FILE...        parse and check schedules; report every error with its place
-  compile FILE         lower a schedule to one persistent kernel and JIT-compile it (NVRTC)
-  run FILE             compile and run a schedule on this machine's GPUs, one rank per GPU
-                       (all from one process, or one rank per process under mkrun/torchrun)
-  devices              list the GPUs the CUDA driver sees (needs a driver)
-  help                 show this help
+Parses and checks schedules; reports every error with its place (exit 1 if any).
 
-check options:
-  -D NAME=VALUE        override a parameter's default (repeatable)
+options:
+  -D NAME=VALUE        override a parameter's default, once per name; VALUE is an integer
+                       written as in a schedule: 4096, 4_096, 0x1000 (or negative: -8)
   --ranks N            check for world size N only (default: 1, 2, 4 and 8)
   --ranks-per-node L   ranks per node (default: all ranks on one node)
-  --sms N              multiprocessors of the target GPU, for role limits (default 132)
+  --sms N              multiprocessors of the target GPU, for role limits (1 to 1024; default 132)
   --emit=ast           print the syntax tree as JSON on stdout
   --diagnostics-format=text|json
                        how errors are printed on stderr (default text)
   --color=auto|always|never
                        colour text diagnostics (default: when stderr is a terminal)
+  -h, --help           show this help
 
-compile options (and -D, --ranks-per-node, --sms, --color as for check):
+FILE must be a regular file (not a FIFO or a device) of at most 64 MiB.
+)";
+
+constexpr const char* kCompileUsage = R"(usage: mkc compile [options] FILE
+
+Lowers a schedule to one persistent kernel and JIT-compiles it (NVRTC); prints registers, spills,
+shared memory (static + dynamic), CTA roles, compile time and whether the JIT cache hit.
+
+options (and -D, --ranks-per-node, --sms, --color as for `mkc check`):
   --ranks N            the world size to build the kernel for (default 2)
-  --arch sm_XY         target GPU architecture (default sm_90a; sm_80 works too)
+  --arch sm_XY         target GPU architecture (default sm_90a; sm_80 works too; an arch NVRTC
+                       does not compile for is refused with the list it accepts)
   -o DIR               where artefacts go (default: the current directory)
   --emit LIST          artefacts, comma-separated: cu, ptx, cubin, plan (default cubin),
-                       written as DIR/<name>.cu, .ptx, .cubin, .plan.json
+                       written as DIR/<name>.cu, .ptx, .cubin, .plan.json; each is written whole
+                       (a temporary file renamed), and those of <name> this run did not write
+                       are removed, so DIR never mixes two compiles
   --no-cache           compile even if the JIT cache has the kernel
   --verbose            print NVRTC's and ptxas's whole log (registers, wgmma serialisation)
+  -h, --help           show this help
 
-run options (and -D, --sms as above):
+JIT cache: $MKC_CACHE_DIR, else $XDG_CACHE_HOME/mkc, else ~/.cache/mkc, else
+${TMPDIR:-/tmp}/mkc-cache-<uid>; one that cannot be used or written is a warning, not an error.
+$MKC_NVRTC_OPTIONS adds NVRTC options.
+)";
+
+constexpr const char* kRunUsage = R"(usage: mkc run [options] FILE
+
+Compiles and runs a schedule on this machine's GPUs, one rank per GPU (all from one process, or
+one rank per process under mkrun/torchrun/mpirun/srun). The schedule is checked before the CUDA
+driver is loaded: its mistakes are reported on any machine.
+
+options (and -D, --sms as for `mkc check`):
   --ranks N            ranks = GPUs to use (default: every GPU of the machine; under a
                        launcher the job's size)
   --share-gpus         allow more ranks than GPUs (rank r on GPU r % G): for tests, not speed
   --check              compare every output of every rank with the reference (fresh random data)
-  --iters N            time N back-to-back launches and print the time per launch
-  --timeout-ms T       how long a wait inside the kernel may take before it reports (default 5000)
+  --iters N            time N back-to-back launches (at most 1000000) and print the time per
+                       launch
+  --timeout-ms T       how long a wait inside the kernel may take before it reports (default
+                       5000, at most 3600000)
   --trace FILE         one more launch, traced: every task's start and end per CTA, written as
                        Chrome/Perfetto trace JSON (open in ui.perfetto.dev)
   --save DIR           write every rank's tensors after the first launch as DIR/<tensor>.rank<r>.npy
                        (bf16 as f32)
   --load DIR           take the inputs from DIR/<tensor>.rank<r>.npy instead of random data
+  -h, --help           show this help
+)";
+
+constexpr const char* kVerifyUsage = R"(usage: mkc verify [options] FILE
+
+Trusts a schedule without a GPU: for each world size, checks it, builds the plan with the plan
+verifier after every pass (boxes inside buffers and covering what each task touches, wait counts,
+deadlocks, every read after its writer, every overwrite after its readers, launch fences), then
+runs the plan on the CPU interpreter over several random interleavings and launches against the
+reference. A race, a deadlock or a wrong output is reported with the task, the rank and the .mks
+line (exit 1). Device functions run as a stand-in on the CPU: the data flow is checked, not their
+bodies. The interpreter is for small shapes: pass them with -D.
+
+options (and -D, --ranks, --ranks-per-node, --sms, --color as for `mkc check`):
+  --interleavings N    random CTA interleavings the interpreter tries (default 4, at most 1000)
+  --launches N         back-to-back launches per interleaving (default 2, at most 100)
+  --seed N             the first interleaving's seed and the inputs' seed (default 1)
+  --emit plan          print every verified plan as JSON on stdout, with each task's read and
+                       write boxes (buffer, lo, hi); the summary then goes to stderr
+  -h, --help           show this help
+)";
+
+constexpr const char* kDevicesUsage = R"(usage: mkc devices
+
+Lists the GPUs the CUDA driver sees: name, compute capability, SMs, memory, NVRTC target.
+Needs a driver (exit 2 without one).
+)";
+
+constexpr const char* kHelpUsage = R"(usage: mkc help [COMMAND]
+
+Shows mkc's usage, or COMMAND's (the same as `mkc COMMAND --help`).
+)";
+
+constexpr const char* kUsageHead = R"(usage: mkc <command> [options]
+
+mkc compiles .mks schedules into one persistent multi-GPU CUDA kernel.
+
+commands:
+)";
+
+constexpr const char* kUsageTail = R"(
+`mkc <command> --help` (or -h) shows a command's options.
 
 options:
   -h, --help           show this help
@@ -93,39 +169,14 @@ int cmd_version(std::ostream& out) {
   return kExitOk;
 }
 
-int cmd_devices(std::ostream& out) {
-  const int n = rt::device_count();
-  const int v = rt::Driver::get().version();
-  fmt::print(out, "CUDA driver {}.{}, {} device(s)\n", v / 1000, (v % 1000) / 10, n);
-  for (int i = 0; i < n; ++i) {
-    const rt::DeviceInfo d = rt::device_info(i);
-    fmt::print(out, "  {}: {}  cc {}.{}  {} SMs  {:.1f} GiB  target {}\n", i, d.name, d.cc_major,
-               d.cc_minor, d.sm_count, static_cast<double>(d.total_mem) / (1u << 30), d.arch());
-  }
-  return kExitOk;
-}
-
-// Parses "NAME=VALUE" for -D.
-void parse_define(const std::string& text, compiler::CheckOptions* opts) {
-  const size_t eq = text.find('=');
-  const std::string name = text.substr(0, eq);
-  if (eq == std::string::npos || name.empty()) {
-    throw UserError(fmt::format("-D {}: expected -D NAME=VALUE, e.g. -D M=4096", text));
-  }
-  const std::string value = text.substr(eq + 1);
+// A positive integer flag value, at most `max`.
+int64_t parse_count(const std::string& flag, const std::string& value, int64_t max = INT64_MAX) {
   int64_t v = 0;
   const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || ptr != value.data() + value.size()) {
-    throw UserError(fmt::format("-D {}: `{}` is not an integer", text, value));
-  }
-  opts->defines[name] = v;
-}
-
-int64_t parse_count(const std::string& flag, const std::string& value) {
-  int64_t v = 0;
-  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || ptr != value.data() + value.size() || v <= 0) {
-    throw UserError(fmt::format("{} {}: expected a positive integer", flag, value));
+  if (ec != std::errc() || ptr != value.data() + value.size() || v <= 0 || v > max) {
+    throw UserError(max == INT64_MAX
+                        ? fmt::format("{} {}: expected a positive integer", flag, value)
+                        : fmt::format("{} {}: expected an integer from 1 to {}", flag, value, max));
   }
   return v;
 }
@@ -147,14 +198,16 @@ class Flags {
       const std::string& a = args_[i_];
       if (a == "-D" || (a.rfind("-D", 0) == 0 && a.size() > 2)) {
         const std::string d = a == "-D" ? value("-D") : a.substr(2);
-        parse_define(d, &check);
+        // The front end's parser: the language's integer rules (dsl::parse_int_literal), a name
+        // that can be a parameter, each name once.
+        compiler::add_define(d, &check);
         defines_text += (defines_text.empty() ? "" : " ") + d;
       } else if (is("--ranks")) {
         check.ranks = {parse_count("--ranks", value("--ranks"))};
       } else if (is("--ranks-per-node")) {
         check.ranks_per_node = parse_count("--ranks-per-node", value("--ranks-per-node"));
       } else if (is("--sms")) {
-        check.sms = parse_count("--sms", value("--sms"));
+        check.sms = parse_count("--sms", value("--sms"), kMaxSms);
       } else if (is("--color")) {
         color = value("--color");
         if (color != "auto" && color != "always" && color != "never") {
@@ -183,8 +236,8 @@ class Flags {
     return args_[++i_];
   }
   [[noreturn]] void unknown(const std::string& command) const {
-    throw UserError(
-        fmt::format("unknown option `{}` for `mkc {}`; run `mkc --help`", args_[i_], command));
+    throw UserError(fmt::format("unknown option `{}` for `mkc {}`; run `mkc {} --help`", args_[i_],
+                                command, command));
   }
   bool use_color(const Terminal& term) const {
     return color == "always" ||
@@ -266,16 +319,83 @@ int cmd_check(const std::vector<std::string>& args, std::ostream& out, std::ostr
   return rc;
 }
 
-void write_file(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary);
-  f << data;
-  if (!f) throw EnvironmentError(fmt::format("cannot write `{}`", path));
+// "Permission denied (EACCES)".
+std::string errno_text(int e) {
+  const char* name = strerrorname_np(e);
+  return fmt::format("{} ({})", std::strerror(e), name != nullptr ? name : std::to_string(e));
 }
 
-// Compiles `path` through the whole pipeline, printing its diagnostics; null on errors in it.
-std::unique_ptr<compiler::Compilation> front_end(const std::string& path, const Flags& f,
-                                                 std::ostream& err, const Terminal& term) {
-  auto c = compiler::compile_file(dsl::SourceFile::read(path), f.check, f.defines_text);
+// The artefacts `mkc compile` may write for a kernel named <name>.
+constexpr const char* kArtefactSuffixes[] = {".cu", ".ptx", ".cubin", ".plan.json"};
+
+// One kernel's artefacts in -o DIR. Each is written to a temporary file in DIR and renamed into
+// place, so a failure (a full disk, a crash) never leaves a truncated artefact. finish(), and the
+// destructor when the compile failed half way, remove the artefacts of the same name that this run
+// did not write: DIR never holds a new .cu beside an old .cubin.
+class Artefacts {
+ public:
+  Artefacts(std::string dir, std::string name) : dir_(std::move(dir)), name_(std::move(name)) {}
+  ~Artefacts() { prune(); }
+  Artefacts(const Artefacts&) = delete;
+  Artefacts& operator=(const Artefacts&) = delete;
+
+  void write(const std::string& suffix, const std::string& data) {
+    const std::string path = dir_ + "/" + name_ + suffix;
+    std::mt19937_64 rng(std::random_device{}());
+    const std::string tmp =
+        fmt::format("{}/.{}{}.tmp.{}.{:x}", dir_, name_, suffix, ::getpid(), rng());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0)
+      throw EnvironmentError(fmt::format("cannot write `{}`: {}", path, errno_text(errno)));
+    int err = 0;
+    for (size_t done = 0; done < data.size() && err == 0;) {
+      const ssize_t k = ::write(fd, data.data() + done, data.size() - done);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) {
+        err = k < 0 ? errno : EIO;
+      } else {
+        done += static_cast<size_t>(k);
+      }
+    }
+    if (::close(fd) != 0 && err == 0) err = errno;
+    if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+    if (err != 0) {
+      ::unlink(tmp.c_str());
+      throw EnvironmentError(fmt::format("cannot write `{}`: {}", path, errno_text(err)));
+    }
+    written_.insert(suffix);
+  }
+
+  // Removes the stale artefacts; EnvironmentError when one stays.
+  void finish() {
+    const std::string failed = prune();
+    if (!failed.empty()) throw EnvironmentError(failed);
+  }
+
+ private:
+  // The stale artefacts removed; what could not be, as a message ("" when all went).
+  std::string prune() noexcept {
+    std::string failed;
+    for (const char* suffix : kArtefactSuffixes) {
+      if (written_.count(suffix)) continue;
+      const std::string path = dir_ + "/" + name_ + suffix;
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT && failed.empty()) {
+        failed = fmt::format("cannot remove the stale `{}` (not written by this compile): {}", path,
+                             errno_text(errno));
+      }
+    }
+    return failed;
+  }
+
+  std::string dir_, name_;
+  std::set<std::string> written_;
+};
+
+// Parses and checks `file` through the whole pipeline, printing its diagnostics; null on errors.
+std::unique_ptr<compiler::Compilation> front_end(std::shared_ptr<const dsl::SourceFile> file,
+                                                 const Flags& f, std::ostream& err,
+                                                 const Terminal& term) {
+  auto c = compiler::compile_file(std::move(file), f.check, f.defines_text);
   err << dsl::render_text(c->diagnostics.all(), f.use_color(term));
   if (!c->ok()) return nullptr;
   return c;
@@ -288,7 +408,8 @@ std::string roles_text(const plan::Plan& p) {
   return roles;
 }
 
-// NVRTC's and ptxas's warnings (a serialised wgmma, a register cap ignored) matter for speed.
+// NVRTC's and ptxas's warnings (a serialised wgmma, a register cap ignored) matter for speed; the
+// cache's problems matter for the next compile's time.
 void print_jit_warnings(const jit::JitOutput& j, std::ostream& err) {
   size_t pos = 0;
   while (pos < j.log.size()) {
@@ -299,6 +420,30 @@ void print_jit_warnings(const jit::JitOutput& j, std::ostream& err) {
       fmt::print(err, "mkc: note: {}\n", l);
     pos = end + 1;
   }
+  for (const std::string& w : j.warnings) fmt::print(err, "mkc: warning: {}\n", w);
+}
+
+// The shared memory a CTA of the kernel uses on `arch`: the dynamic part is the Hopper tile's
+// staging from sm_90 on and the portable tile's before (as LocalJob chooses), the static part is
+// ptxas's figure.
+std::string smem_text(const jit::JitOutput& j, const codegen::Generated& g,
+                      const std::string& arch) {
+  int number = 0;
+  const size_t digits = arch.find_first_of("0123456789");
+  if (digits != std::string::npos)
+    std::from_chars(arch.data() + digits, arch.data() + arch.size(), number);
+  const int64_t dynamic = number >= 90 ? g.dynamic_smem : g.portable_smem;
+  if (j.smem_bytes < 0) return fmt::format("smem unknown (static unknown + {} B dynamic)", dynamic);
+  return fmt::format("{} B smem ({} static + {} dynamic)", j.smem_bytes + dynamic, j.smem_bytes,
+                     dynamic);
+}
+
+std::string registers_text(const jit::JitOutput& j) {
+  return j.registers < 0 ? "registers unknown" : fmt::format("{} registers", j.registers);
+}
+
+std::string spills_text(const jit::JitOutput& j) {
+  return j.spill_bytes < 0 ? "spills unknown" : fmt::format("{} B spills", j.spill_bytes);
 }
 
 int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
@@ -318,13 +463,22 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
       out_dir = f.value("-o");
     } else if (f.is("--emit")) {
       emit.clear();
-      std::stringstream ss(f.value("--emit"));
+      const std::string list = f.value("--emit");
+      std::stringstream ss(list);
       for (std::string item; std::getline(ss, item, ',');) {
         if (item != "cu" && item != "ptx" && item != "cubin" && item != "plan") {
           throw UserError(
-              fmt::format("--emit: unknown artefact `{}` (cu, ptx, cubin, plan)", item));
+              item.empty()
+                  ? fmt::format("--emit `{}`: an empty artefact name (cu, ptx, cubin, plan)", list)
+                  : fmt::format("--emit: unknown artefact `{}` (cu, ptx, cubin, plan)", item));
         }
         emit.insert(item);
+      }
+      // "", "cu," and ",cu" would silently write less than was asked for.
+      if (emit.empty() || list.back() == ',') {
+        throw UserError(fmt::format(
+            "--emit `{}`: name at least one artefact, comma-separated: cu, ptx, cubin, plan",
+            list));
       }
     } else if (f.arg() == "--no-cache") {
       use_cache = false;
@@ -336,7 +490,7 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
   }
   if (f.files.size() != 1) throw UserError("`mkc compile` takes one .mks file");
   const std::string& file = f.files[0];
-  const auto c = front_end(file, f, err, term);
+  const auto c = front_end(dsl::SourceFile::read(file), f, err, term);
   if (c == nullptr) return kExitUserError;
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
@@ -347,10 +501,11 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
     const plan::Plan& p = c->plans[k];
     const codegen::Generated& g = c->kernels[k];
     const std::string name = c->checked.size() == 1 ? stem : stem + "." + s.name;
-    if (emit.count("plan"))
-      write_file(out_dir + "/" + name + ".plan.json", dsl::dump_json(plan::to_json(p)) + "\n");
-    if (emit.count("cu")) write_file(out_dir + "/" + name + ".cu", g.source);
+    Artefacts files(out_dir, name);
+    if (emit.count("plan")) files.write(".plan.json", dsl::dump_json(plan::to_json(p)) + "\n");
+    if (emit.count("cu")) files.write(".cu", g.source);
     if (emit.count("cubin") == 0 && emit.count("ptx") == 0) {
+      files.finish();
       fmt::print(out,
                  "{}: kernel {} for {} rank{}: roles {}, {} tasks, {} bytes of source (not "
                  "compiled: --emit has no cubin or ptx)\n",
@@ -371,17 +526,18 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
       return e.log().find(".mks(") != std::string::npos ? kExitUserError : kExitEnvironment;
     }
     if (verbose) {
-      fmt::print(err, "{}", j.log);
+      fmt::print(err, "{}{}", j.log, j.log.empty() || j.log.back() == '\n' ? "" : "\n");
+      for (const std::string& w : j.warnings) fmt::print(err, "mkc: warning: {}\n", w);
     } else {
       print_jit_warnings(j, err);
     }
-    if (emit.count("cubin")) write_file(out_dir + "/" + name + ".cubin", j.cubin);
-    if (emit.count("ptx")) write_file(out_dir + "/" + name + ".ptx", j.ptx);
+    if (emit.count("cubin")) files.write(".cubin", j.cubin);
+    if (emit.count("ptx")) files.write(".ptx", j.ptx);
+    files.finish();
     fmt::print(out,
-               "{}: kernel {} for {} rank{}, {}: {} registers, {} B spills, {} B smem, roles {}, "
-               "{} tasks, {:.2f} s ({})\n",
-               file, g.kernel_name, s.ranks, s.ranks == 1 ? "" : "s", arch, j.registers,
-               j.spill_bytes, j.smem_bytes, roles_text(p), p.tasks.size(), j.seconds,
+               "{}: kernel {} for {} rank{}, {}: {}, {}, {}, roles {}, {} tasks, {:.2f} s ({})\n",
+               file, g.kernel_name, s.ranks, s.ranks == 1 ? "" : "s", arch, registers_text(j),
+               spills_text(j), smem_text(j, g, arch), roles_text(p), p.tasks.size(), j.seconds,
                j.cache_hit ? "cache hit" : "cache miss");
   }
   return kExitOk;
@@ -414,6 +570,33 @@ plan::InputFn npy_inputs(const plan::Plan& p, const std::string& dir, int ranks)
   };
 }
 
+// `mkc run`'s check of the schedule before the driver is loaded (the real compile, for the GPUs'
+// SMs and the ranks they give, comes after). With the world size known (--ranks, a launcher) it
+// is checked for that size; otherwise for 1, 2, 4 and 8 ranks, and it fails only when every one
+// of them has errors (the GPUs decide the size later): then the errors for one rank are shown.
+bool precheck(const std::shared_ptr<const dsl::SourceFile>& file, const Flags& f, int ranks,
+              std::ostream& err, const Terminal& term) {
+  dsl::Diagnostics parsed;
+  const dsl::Module module = dsl::parse(file, parsed);
+  if (parsed.has_errors()) {
+    err << dsl::render_text(parsed.all(), f.use_color(term));
+    return false;
+  }
+  std::vector<int64_t> sizes = {1, 2, 4, 8};
+  if (ranks > 0) sizes = {ranks};
+  std::optional<dsl::Diagnostics> first;
+  for (int64_t r : sizes) {
+    compiler::CheckOptions opts = f.check;
+    opts.ranks = {r};
+    dsl::Diagnostics diags;
+    compiler::check(module, opts, diags);
+    if (!diags.has_errors()) return true;
+    if (!first) first = std::move(diags);
+  }
+  err << dsl::render_text(first->all(), f.use_color(term));
+  return false;
+}
+
 // Runs a schedule on this machine's GPUs: every rank in this process (one per GPU, or several per
 // GPU with --share-gpus), or this process's rank only under a launcher (mkrun, torchrun, ...).
 int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
@@ -425,13 +608,14 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   std::string trace_path, save_dir, load_dir;
   while (f.next()) {
     if (f.is("--iters")) {
-      iters = parse_count("--iters", f.value("--iters"));
+      iters = parse_count("--iters", f.value("--iters"), kMaxIters);
     } else if (f.arg() == "--check") {
       check = true;
     } else if (f.arg() == "--share-gpus") {
       share_gpus = true;
     } else if (f.is("--timeout-ms")) {
-      timeout_ms = static_cast<uint64_t>(parse_count("--timeout-ms", f.value("--timeout-ms")));
+      timeout_ms = static_cast<uint64_t>(
+          parse_count("--timeout-ms", f.value("--timeout-ms"), kMaxTimeoutMs));
     } else if (f.is("--trace")) {
       trace_path = f.value("--trace");
     } else if (f.is("--save")) {
@@ -447,8 +631,12 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   // of the job; otherwise it runs every rank itself.
   const rt::World world = rt::detect_world();
   const int requested = f.check.ranks.empty() ? 0 : static_cast<int>(f.check.ranks[0]);
-  rt::job_size(world, requested);  // before the driver: a mismatch needs no GPU to be named
-  // The driver next: without a GPU this fails at once, before any compiling.
+  const int known = rt::job_size(world, requested);  // a mismatch needs no GPU to be named
+  // The schedule next: a missing file, a mistake in it or an unknown -D is the user's to fix,
+  // and is reported as such on a machine without a driver too.
+  const auto file = dsl::SourceFile::read(f.files[0]);
+  if (!precheck(file, f, known, err, term)) return kExitUserError;
+  // Then the driver: without a GPU this fails at once, before any compiling.
   const int gpus = rt::device_count();
   if (gpus == 0) throw EnvironmentError("no GPU: the CUDA driver sees no device");
   const rt::DeviceInfo dev = rt::device_info(0);
@@ -458,7 +646,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   f.check.ranks = {place.ranks};
   // Ranks of one process that share a GPU run side by side: each kernel gets its part of the SMs.
   f.check.sms = std::min<int64_t>(f.check.sms, dev.sm_count / per_gpu);
-  const auto c = front_end(f.files[0], f, err, term);
+  const auto c = front_end(file, f, err, term);
   if (c == nullptr) return kExitUserError;
   if (world.size > 1) group = std::make_unique<rt::Rendezvous>(world, std::chrono::seconds(120));
   // Under a launcher rank 0 prints the job's lines; every rank prints its own checks and errors.
@@ -479,11 +667,11 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     rt::LocalJob job(p, j.cubin, g, lo);
     if (leader) {
       fmt::print(out,
-                 "{}: kernel {} on {} rank(s), {} ({} per process, {}) ({} registers, {} tasks, "
+                 "{}: kernel {} on {} rank(s), {} ({} per process, {}) ({}, {} tasks, "
                  "roles {}, compiled in {:.2f} s, {})\n",
                  f.files[0], g.kernel_name, job.ranks(), dev.name, job.local_ranks().size(),
-                 group ? world.source : "one process", j.registers, p.tasks.size(), roles_text(p),
-                 j.seconds, j.cache_hit ? "cache hit" : "cache miss");
+                 group ? world.source : "one process", registers_text(j), p.tasks.size(),
+                 roles_text(p), j.seconds, j.cache_hit ? "cache hit" : "cache miss");
       out.flush();
     }
     const plan::InputFn inputs =
@@ -542,42 +730,204 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   return rc;
 }
 
+// `mkc verify`: the plan verifier and the CPU interpreter on the user's schedule, at the shapes
+// given, over several interleavings (compiler/verify_schedule.h).
+int cmd_verify(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+               Terminal term) {
+  Flags f(args);
+  compiler::VerifyScheduleOptions vo;
+  while (f.next()) {
+    if (f.is("--interleavings")) {
+      vo.interleavings = static_cast<int>(
+          std::min<int64_t>(1000, parse_count("--interleavings", f.value("--interleavings"))));
+    } else if (f.is("--launches")) {
+      vo.launches = static_cast<int>(
+          std::min<int64_t>(100, parse_count("--launches", f.value("--launches"))));
+    } else if (f.is("--seed")) {
+      vo.seed = static_cast<uint64_t>(parse_count("--seed", f.value("--seed")));
+    } else if (f.is("--emit")) {
+      const std::string what = f.value("--emit");
+      if (what != "plan")
+        throw UserError(fmt::format("--emit {}: `mkc verify` emits `plan`", what));
+      vo.emit_plan = true;
+    } else {
+      f.unknown("verify");
+    }
+  }
+  if (f.files.size() != 1) throw UserError("`mkc verify` takes one .mks file");
+  vo.color = f.use_color(term);
+  const compiler::VerifyScheduleResult r =
+      compiler::verify_schedule(dsl::SourceFile::read(f.files[0]), f.check, vo);
+  err << r.errors;
+  // With --emit plan, stdout is the plans' JSON alone (for tools); the summary goes to stderr.
+  (vo.emit_plan ? err : out) << r.output;
+  if (vo.emit_plan) out << r.plans;
+  return r.exit_code;
+}
+
+int cmd_devices(const std::vector<std::string>& args, std::ostream& out, std::ostream&, Terminal) {
+  if (args.size() > 1)
+    throw UserError(fmt::format("`mkc devices` takes no arguments (got `{}`)", args[1]));
+  const int n = rt::device_count();
+  const int v = rt::Driver::get().version();
+  fmt::print(out, "CUDA driver {}.{}, {} device(s)\n", v / 1000, (v % 1000) / 10, n);
+  for (int i = 0; i < n; ++i) {
+    const rt::DeviceInfo d = rt::device_info(i);
+    fmt::print(out, "  {}: {}  cc {}.{}  {} SMs  {:.1f} GiB  target {}\n", i, d.name, d.cc_major,
+               d.cc_minor, d.sm_count, static_cast<double>(d.total_mem) / (1u << 30), d.arch());
+  }
+  return kExitOk;
+}
+
+int cmd_help(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+             Terminal term);
+
+// A subcommand: its name, its line in `mkc --help`, its own usage and what runs it.
+struct Command {
+  const char* name;
+  const char* summary;
+  const char* usage;
+  int (*run)(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+             Terminal term);
+};
+
+const Command kCommands[] = {
+    {"check", "parse and check schedules; report every error with its place", kCheckUsage,
+     cmd_check},
+    {"compile", "lower a schedule to one persistent kernel and JIT-compile it (NVRTC)",
+     kCompileUsage, cmd_compile},
+    {"run",
+     "compile and run a schedule on this machine's GPUs, one rank per GPU\n"
+     "                       (all from one process, or one rank per process under mkrun/torchrun)",
+     kRunUsage, cmd_run},
+    {"devices", "list the GPUs the CUDA driver sees (needs a driver)", kDevicesUsage, cmd_devices},
+    {"verify",
+     "without a GPU: verify the plan after every pass (races, deadlocks, boxes) and\n"
+     "                       run it on the CPU interpreter against the reference",
+     kVerifyUsage, cmd_verify},
+    {"help", "show this help, or a command's (`mkc help run`)", kHelpUsage, cmd_help},
+};
+
+const Command* find_command(const std::string& name) {
+  for (const Command& c : kCommands) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+std::string usage() {
+  std::string text = kUsageHead;
+  for (const Command& c : kCommands) text += fmt::format("  {:<21}{}\n", c.name, c.summary);
+  return text + kUsageTail;
+}
+
+int cmd_help(const std::vector<std::string>& args, std::ostream& out, std::ostream&, Terminal) {
+  if (args.size() == 1) {
+    out << usage();
+    return kExitOk;
+  }
+  const Command* c = find_command(args[1]);
+  if (c == nullptr || args.size() > 2) {
+    std::vector<std::string> names;
+    for (const Command& k : kCommands) names.push_back(k.name);
+    throw UserError(fmt::format("`mkc help` takes one command name: {}", fmt::join(names, ", ")));
+  }
+  out << c->usage;
+  return kExitOk;
+}
+
 int dispatch(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
              Terminal term) {
   if (args.empty()) {
-    err << kUsage;
+    err << usage();
     return kExitUserError;
   }
   const std::string& cmd = args[0];
-  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
-    out << kUsage;
+  if (cmd == "-h" || cmd == "--help") {
+    out << usage();
     return kExitOk;
   }
   if (cmd == "--version") return cmd_version(out);
-  if (cmd == "devices") return cmd_devices(out);
-  if (cmd == "check") return cmd_check(args, out, err, term);
-  if (cmd == "compile") return cmd_compile(args, out, err, term);
-  if (cmd == "run") return cmd_run(args, out, err, term);
-  fmt::print(err, "mkc: error: unknown command or option `{}`; run `mkc --help` for the list\n",
-             cmd);
-  return kExitUserError;
+  const Command* c = find_command(cmd);
+  if (c == nullptr) {
+    fmt::print(err, "mkc: error: unknown command or option `{}`; run `mkc --help` for the list\n",
+               cmd);
+    return kExitUserError;
+  }
+  // `mkc <command> ... --help` anywhere: the command's own usage, whatever else is there.
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "-h" || args[i] == "--help") {
+      out << c->usage;
+      return kExitOk;
+    }
+  }
+  return c->run(args, out, err, term);
 }
+
+// Forwards to another stream's buffer and remembers the first failure with its errno, so a full
+// disk or a closed file behind stdout is reported with its reason, and never looks like success
+// (`mkc check --emit=ast x > /dev/full`).
+class CheckedBuf : public std::streambuf {
+ public:
+  explicit CheckedBuf(std::streambuf* dest) : dest_(dest) {}
+  bool failed() const { return failed_; }
+  int error() const { return errno_; }
+
+ protected:
+  int overflow(int c) override {
+    if (c == traits_type::eof()) return traits_type::not_eof(c);
+    const char ch = traits_type::to_char_type(c);
+    return xsputn(&ch, 1) == 1 ? c : traits_type::eof();
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    errno = 0;
+    const std::streamsize k = dest_ == nullptr ? 0 : dest_->sputn(s, n);
+    if (k < n) fail();
+    return k;
+  }
+  int sync() override {
+    errno = 0;
+    const int r = dest_ == nullptr ? -1 : dest_->pubsync();
+    if (r != 0) fail();
+    return r;
+  }
+
+ private:
+  void fail() {
+    if (!failed_) errno_ = errno;
+    failed_ = true;
+  }
+  std::streambuf* dest_;
+  bool failed_ = false;
+  int errno_ = 0;
+};
 
 }  // namespace
 
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, Terminal term) {
+  CheckedBuf checked(out.rdbuf());
+  std::ostream out_checked(&checked);
+  int rc = kExitEnvironment;
   try {
-    return dispatch(args, out, err, term);
+    rc = dispatch(args, out_checked, err, term);
   } catch (const UserError& e) {
     fmt::print(err, "mkc: error: {}\n", e.what());
-    return kExitUserError;
+    rc = kExitUserError;
   } catch (const EnvironmentError& e) {
     fmt::print(err, "mkc: error: {}\n", e.what());
-    return kExitEnvironment;
+    rc = kExitEnvironment;
   } catch (const std::exception& e) {
     fmt::print(err, "mkc: {}\n", e.what());
+    rc = kExitEnvironment;
+  }
+  out_checked.flush();
+  if (checked.failed() || !out_checked) {
+    const int e = checked.error();
+    fmt::print(err, "mkc: error: cannot write the output: {}\n",
+               e != 0 ? errno_text(e) : std::string("the stream refused it"));
     return kExitEnvironment;
   }
+  return rc;
 }
 
 }  // namespace mkc::cli

@@ -3,15 +3,23 @@
 //
 //   mkrun -n N [--port P] [--grace S] [--] CMD [ARGS...]
 //
-// Each child i gets RANK=i, WORLD_SIZE=N, LOCAL_RANK=i, LOCAL_WORLD_SIZE=N, MASTER_ADDR=127.0.0.1
-// and MASTER_PORT (P, or a free port). mkrun waits for all of them. When one fails (non-zero exit
-// or a signal) it says which, stops the others (SIGTERM, then SIGKILL after the grace period,
-// default 5 s) and exits with the failing rank's code (128 + signal for a signal); no orphans are
-// left holding GPUs. SIGINT/SIGTERM to mkrun are passed on to the children. Multi-node jobs use
-// torchrun, mpirun or srun instead: mkc reads their variables too (runtime/bootstrap.h).
+// Each child i gets RANK=i, WORLD_SIZE=N, LOCAL_RANK=i, LOCAL_WORLD_SIZE=N, MASTER_ADDR=127.0.0.1,
+// MASTER_PORT (P, or a free port) and MKC_JOB_TOKEN (random, new for every job: the rendezvous
+// takes only ranks that show it). mkrun waits for all of them. When one fails (non-zero exit or a
+// signal) it says which, stops the others (SIGTERM, then SIGKILL after the grace period, default
+// 5 s) and exits with the failing rank's code (128 + signal for a signal). SIGINT, SIGTERM and
+// SIGHUP to mkrun stop the job the same way (SIGINT is passed on as SIGINT).
+//
+// No orphans are left holding GPUs: each rank leads a process group of its own, and stopping
+// signals the whole group, so what a rank started (a shell's children, a data loader) stops with
+// it; and each rank asks the kernel to kill it (SIGKILL) if mkrun itself dies, even by SIGKILL.
+// Multi-node jobs use torchrun, mpirun or srun instead: mkc reads their variables too
+// (runtime/bootstrap.h).
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,6 +60,27 @@ int free_port() {
     port = ntohs(a.sin_port);
   ::close(fd);
   return port;
+}
+
+// A job's token: 128 random bits as hex. Empty when the kernel gives no randomness (then the
+// rendezvous runs without one, as under other launchers).
+std::string job_token() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    const ssize_t k = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return "";
+    got += static_cast<size_t>(k);
+  }
+  std::string hex;
+  for (unsigned char b : bytes) hex += fmt::format("{:02x}", b);
+  return hex;
+}
+
+// True while group `pgid` has a process (kill with signal 0 only asks).
+bool group_alive(pid_t pgid) {
+  return kill(-pgid, 0) == 0 || errno == EPERM;
 }
 
 int parse_positive(const std::string& flag, const char* text) {
@@ -119,42 +148,78 @@ int main(int argc, char** argv) {
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A closed terminal (ssh dropped) stops the job too, rather than leaving it running unseen.
+  sigaction(SIGHUP, &sa, nullptr);
+  const std::string token = job_token();
+  const pid_t launcher = getpid();
 
   std::vector<pid_t> pids(n, -1);
+  // Each rank's process group (its pid); -1 once the group is known to be empty.
+  std::vector<pid_t> groups(n, -1);
   for (int r = 0; r < n; ++r) {
     const pid_t pid = fork();
     if (pid < 0) {
       fmt::print(stderr, "mkrun: fork failed: {}\n", std::strerror(errno));
-      for (pid_t p : pids)
-        if (p > 0) kill(p, SIGKILL);
+      for (pid_t g : groups)
+        if (g > 0) kill(-g, SIGKILL);
       return 2;
     }
     if (pid == 0) {
+      // Its own process group, so stopping the rank reaches everything it started.
+      setpgid(0, 0);
+      // Killed with mkrun, whatever kills mkrun; if mkrun is already gone, stop here.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) _exit(128 + SIGKILL);
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      if (!token.empty()) setenv("MKC_JOB_TOKEN", token.c_str(), 1);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
+      signal(SIGHUP, SIG_DFL);
       execvp(argv[i], argv + i);
       fmt::print(stderr, "mkrun: cannot run `{}`: {}\n", argv[i], std::strerror(errno));
       _exit(127);
     }
+    // Also here: whichever of parent and child runs first, the group exists before it is
+    // signalled.
+    setpgid(pid, pid);
     pids[r] = pid;
+    groups[r] = pid;
   }
 
   int alive = n, result = 0, failed_rank = -1;
   bool stopping = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
-  const auto stop_all = [&](int sig) {
-    for (pid_t p : pids)
-      if (p > 0) kill(p, sig);
+  // Every group not yet empty: the ranks and what they started.
+  const auto signal_groups = [&](int sig) {
+    for (pid_t& g : groups) {
+      if (g <= 0) continue;
+      if (kill(-g, sig) != 0 && errno == ESRCH) g = -1;
+    }
   };
-  while (alive > 0) {
+  const auto groups_left = [&]() {
+    int left = 0;
+    for (pid_t& g : groups) {
+      if (g > 0 && !group_alive(g)) g = -1;
+      left += g > 0;
+    }
+    return left;
+  };
+  const auto start_stopping = [&](int sig) {
+    stopping = true;
+    signal_groups(sig);
+    stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace);
+  };
+  // Until every rank has exited, and when stopping, until what they started has gone too (or has
+  // been sent SIGKILL: a zombie nobody reaps would keep its group for ever).
+  bool killed = false;
+  while (alive > 0 || (stopping && !killed && groups_left() > 0)) {
     int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    const pid_t pid = alive > 0 ? waitpid(-1, &status, WNOHANG) : 0;
     if (pid > 0) {
       int r = 0;
       while (r < n && pids[r] != pid) ++r;
@@ -167,25 +232,23 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "mkrun: rank {} {}; stopping the other {} rank(s)\n", r,
                    describe(status), alive);
       }
-      if (failed_rank >= 0 && !stopping && alive > 0) {
-        stopping = true;
-        stop_all(SIGTERM);
-        stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace);
-      }
+      if (failed_rank >= 0 && !stopping) start_stopping(SIGTERM);
       continue;
     }
     if (g_signal != 0 && !stopping) {
       fmt::print(stderr, "mkrun: got signal {}; stopping {} rank(s)\n", static_cast<int>(g_signal),
                  alive);
-      stopping = true;
       result = 128 + g_signal;
-      stop_all(SIGTERM);
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace);
+      // Ctrl-C reaches the ranks as Ctrl-C (they are not in the terminal's process group any
+      // more); a hang-up or a termination as SIGTERM.
+      start_stopping(g_signal == SIGINT ? SIGINT : SIGTERM);
     }
     if (stopping && std::chrono::steady_clock::now() > stop_deadline) {
-      fmt::print(stderr, "mkrun: {} rank(s) still running after {} s; killing them\n", alive,
-                 grace);
-      stop_all(SIGKILL);
+      fmt::print(stderr,
+                 "mkrun: {} rank(s) or their processes still running after {} s; killing them\n",
+                 std::max(alive, groups_left()), grace);
+      signal_groups(SIGKILL);
+      killed = true;
       stop_deadline = std::chrono::steady_clock::time_point::max();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""mkc's attention against PyTorch SDPA (cuDNN and flash backends), same process, same tensors.
+
+mkc's kernel (bench/attention.mks, and samples/ring_attention.mks at one rank) is driven through
+its C API (runtime/capi.h, libmkc.so) on the Q, K, V and O that PyTorch allocated, on PyTorch's
+stream. Each case is checked first (mkc's O against SDPA's, and both against an fp32 reference on
+a slice of heads), then timed with CUDA events: the median of --reps runs of --iters launches.
+Prints µs, TFLOP/s and the ratios; --csv FILE writes one row per case.
+
+  python3 bench/attention_bench.py --lib .device/bin/libmkc.so [--shapes 4096x128x0,...]
+"""
+import argparse
+import csv
+import ctypes
+import math
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+class Mkc:
+    def __init__(self, lib):
+        self.lib = ctypes.CDLL(lib)
+        self.err = ctypes.create_string_buffer(8192)
+
+    def check(self, rc, what):
+        if rc != 0:
+            raise RuntimeError(f"mkc {what}: {self.err.value.decode(errors='replace')}")
+
+    def compile(self, path, defines):
+        k = ctypes.c_void_p()
+        text = ",".join(f"{n}={v}" for n, v in defines.items()).encode()
+        self.check(self.lib.mkc_compile_file(path.encode(), text, 1, ctypes.byref(k), self.err,
+                                             len(self.err)), f"compile {path} {defines}")
+        return k
+
+    def bind(self, k, name, tensor):
+        self.check(self.lib.mkc_bind(k, name.encode(), 0, ctypes.c_void_p(tensor.data_ptr()),
+                                     self.err, len(self.err)), f"bind {name}")
+
+    def launch(self, k, stream):
+        self.check(self.lib.mkc_launch_async(k, ctypes.c_void_p(stream), self.err,
+                                             len(self.err)), "launch")
+
+    def sync(self, k):
+        self.check(self.lib.mkc_synchronize(k, self.err, len(self.err)), "synchronize")
+
+    def paths(self, k):
+        out = ctypes.create_string_buffer(4096)
+        self.lib.mkc_paths(k, out, len(out))
+        return out.value.decode().strip().replace("\n", "; ")
+
+    def free(self, k):
+        self.lib.mkc_free(k)
+
+
+def time_us(fn, iters, reps):
+    """Median over `reps` of the mean µs per call of `iters` back-to-back calls."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop) * 1000.0 / iters)
+    return statistics.median(times)
+
+
+def rel_l2(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "libmkc.so"))
+    ap.add_argument("--schedule", default=os.path.join(os.path.dirname(__file__), "attention.mks"))
+    ap.add_argument("--ring", default=os.path.join(os.path.dirname(__file__), "..", "samples",
+                                                   "ring_attention.mks"))
+    ap.add_argument("--shapes", default="4096x128x0,4096x128x1,16384x128x0,16384x128x1,"
+                                        "16384x64x0,16384x64x1,32768x128x0,32768x128x1",
+                    help="SxDxCAUSAL,... (batch 1, 32 heads)")
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--ring-shapes", default="16384x128", help="SxD,... for the ring at R = 1")
+    ap.add_argument("--csv", default="")
+    args = ap.parse_args()
+    mkc = Mkc(args.lib)
+    torch.manual_seed(0)
+    stream = torch.cuda.current_stream().cuda_stream
+    rows = []
+    print(f"{'S':>6} {'D':>4} {'causal':>6} | {'mkc us':>9} {'TF/s':>6} | {'cuDNN us':>9} {'TF/s':>6}"
+          f" | {'flash us':>9} {'TF/s':>6} | {'vs cuDNN':>8} {'vs flash':>8} | err vs cuDNN")
+    for spec in args.shapes.split(","):
+        S, D, causal = (int(x) for x in spec.split("x"))
+        H = args.heads
+        q, k, v = (torch.randn(1, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        o = torch.full_like(q, float("nan"))
+        kern = mkc.compile(args.schedule, {"B": 1, "H": H, "S": S, "D": D, "MASK": causal + 1})
+        for name, t in (("Q", q), ("K", k), ("V", v), ("O", o)):
+            mkc.bind(kern, name, t)
+        mkc.launch(kern, stream)
+        mkc.sync(kern)
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            ref_cudnn = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+        # fp32 reference on two heads (the math backend, upcast inputs).
+        with sdpa_kernel([SDPBackend.MATH]):
+            ref32 = F.scaled_dot_product_attention(q[:, :2].float(), k[:, :2].float(),
+                                                   v[:, :2].float(), is_causal=bool(causal))
+        nan = torch.isnan(o).sum().item()
+        err_cudnn, err32 = rel_l2(o, ref_cudnn), rel_l2(o[:, :2], ref32)
+        err32_cudnn = rel_l2(ref_cudnn[:, :2], ref32)
+        flops = 4.0 * H * S * S * D * (0.5 if causal else 1.0)
+
+        def run_mkc():
+            mkc.launch(kern, stream)
+
+        t_mkc = time_us(run_mkc, args.iters, args.reps)
+        mkc.sync(kern)
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            t_cudnn = time_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal)),
+                              args.iters, args.reps)
+        try:
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                t_flash = time_us(
+                    lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal)),
+                    args.iters, args.reps)
+        except RuntimeError:
+            t_flash = float("nan")
+        tf = lambda t: flops / t / 1e6
+        print(f"{S:>6} {D:>4} {causal:>6} | {t_mkc:>9.1f} {tf(t_mkc):>6.0f} | {t_cudnn:>9.1f} "
+              f"{tf(t_cudnn):>6.0f} | {t_flash:>9.1f} {tf(t_flash):>6.0f} | "
+              f"{t_cudnn / t_mkc:>8.3f} {t_flash / t_mkc:>8.3f} | {err_cudnn:.2e} "
+              f"(vs fp32 {err32:.2e}, cuDNN vs fp32 {err32_cudnn:.2e}, NaN {nan})", flush=True)
+        rows.append(dict(case="attention", S=S, D=D, causal=causal, mkc_us=t_mkc, cudnn_us=t_cudnn,
+                         flash_us=t_flash, mkc_tflops=tf(t_mkc), cudnn_tflops=tf(t_cudnn),
+                         ratio_cudnn=t_cudnn / t_mkc, ratio_flash=t_flash / t_mkc,
+                         rel_err_fp32=err32, unwritten=nan, paths=mkc.paths(kern)))
+        mkc.free(kern)
+        del q, k, v, o
+        torch.cuda.empty_cache()
+    # The ring schedule at one rank (a copy into the ring's slot, then attention with the f32
+    # state) against the attention alone on the same data.
+    for spec in filter(None, args.ring_shapes.split(",")):
+        S, D = (int(x) for x in spec.split("x"))
+        H = args.heads
+        q = torch.randn(1, H, S, D, device="cuda", dtype=torch.bfloat16)
+        kv = torch.randn(2, 1, H, S, D, device="cuda", dtype=torch.bfloat16)
+        o = torch.full_like(q, float("nan"))
+        ring = mkc.compile(args.ring, {"B": 1, "H": H, "S": S, "D": D})
+        for name, t in (("Q", q), ("KV", kv), ("O", o)):
+            mkc.bind(ring, name, t)
+        alone = mkc.compile(args.schedule, {"B": 1, "H": H, "S": S, "D": D, "MASK": 1})
+        o2 = torch.full_like(q, float("nan"))
+        for name, t in (("Q", q), ("K", kv[0]), ("V", kv[1]), ("O", o2)):
+            mkc.bind(alone, name, t.contiguous() if name in ("K", "V") else t)
+        mkc.launch(ring, stream)
+        mkc.launch(alone, stream)
+        mkc.sync(ring)
+        mkc.sync(alone)
+        err = rel_l2(o, o2)
+        t_ring = time_us(lambda: mkc.launch(ring, stream), args.iters, args.reps)
+        t_alone = time_us(lambda: mkc.launch(alone, stream), args.iters, args.reps)
+        mkc.sync(ring)
+        mkc.sync(alone)
+        print(f"ring R=1 S={S} D={D}: {t_ring:.1f} us, attention alone {t_alone:.1f} us, "
+              f"ring / alone {t_ring / t_alone:.3f}, outputs differ by {err:.2e}", flush=True)
+        rows.append(dict(case="ring_r1", S=S, D=D, causal=0, mkc_us=t_ring, alone_us=t_alone,
+                         ratio_alone=t_ring / t_alone, rel_err_fp32=err))
+        mkc.free(ring)
+        mkc.free(alone)
+    if args.csv:
+        keys = sorted({k for r in rows for k in r})
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            w.writerows(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

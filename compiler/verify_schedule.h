@@ -1,0 +1,52 @@
+// `mkc verify`: how a user without a GPU cluster trusts a schedule before running it. For each
+// world size asked for, the schedule is checked, lowered and scheduled with the plan verifier after
+// every pass (compiler/verifier.h: boxes, counts, races, deadlocks, launch fences), then executed
+// by the CPU interpreter (compiler/interpret.h) over several random interleavings and two launches,
+// and every rank's every tensor is compared with the direct reference (compiler/reference.h).
+//
+// Device functions are CUDA C++ that the CPU cannot run as written: the interpreter and the
+// reference both evaluate each one as the same smooth stand-in function of its arguments (see
+// stand_in_function), so what is checked is the schedule's data flow (which elements reach which
+// function, in which order), not the functions' bodies (NVRTC compiles those in `mkc compile`).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "compiler/check.h"
+#include "compiler/interpret.h"
+#include "dsl/source.h"
+
+namespace mkc::compiler {
+
+struct VerifyScheduleOptions {
+  int interleavings = 4;  // random CTA interleavings (interpreter seeds)
+  int launches = 2;       // back-to-back launches per interleaving
+  uint64_t seed = 1;      // the first interleaving's seed and the inputs' seed
+  // Above this many element operations (an estimate of the interpreter's work per launch and
+  // interleaving) the interpreter is not run and verification fails with the reason: the CPU
+  // interpreter is for small shapes.
+  double max_work = 4e8;
+  bool color = false;
+  // Put every verified plan, as JSON with each task's read and write boxes (plan.h, to_json), in
+  // VerifyScheduleResult::plans.
+  bool emit_plan = false;
+};
+
+struct VerifyScheduleResult {
+  int exit_code = 0;   // 0 verified, 1 a finding (race, deadlock, wrong output, bad schedule)
+  std::string output;  // what to print on stdout (the summary) ...
+  std::string errors;  // ... and on stderr (findings, diagnostics)
+  std::string plans;   // with emit_plan: a JSON array of the plans
+};
+
+VerifyScheduleResult verify_schedule(std::shared_ptr<const dsl::SourceFile> file,
+                                     const CheckOptions& check,
+                                     const VerifyScheduleOptions& options = {});
+
+// The stand-in for a device function of `arity` arguments: a fixed smooth non-linear function,
+// the same in the interpreter and the reference.
+plan::HostFn stand_in_function(size_t arity);
+
+}  // namespace mkc::compiler

@@ -1,0 +1,45 @@
+/* mkc's C API: the JIT API (runtime/api.h, mkc::Kernel) behind plain C functions, for callers
+ * that are not C++ — Python through ctypes (bench/attention_bench.py drives mkc next to PyTorch
+ * this way, on the same tensors and stream). Built as libmkc.so (//:libmkc.so).
+ *
+ * Every function returns 0 on success; otherwise a non-zero code (1: the caller's mistake, 2:
+ * the environment or mkc) and the message in the caller's `err` buffer (truncated to err_len,
+ * always terminated). Handles are opaque; mkc_free releases one. Not thread-safe per handle.
+ *
+ *   mkc_kernel* k;
+ *   mkc_compile_file("attn.mks", "B=1,S=4096", 1, &k, err, sizeof err);
+ *   mkc_bind(k, "Q", 0, q_ptr, err, sizeof err);   // dtype and shape are the schedule's
+ *   mkc_launch_async(k, stream, err, sizeof err);   // a cudaStream_t / CUstream of rank 0's GPU
+ *   mkc_synchronize(k, err, sizeof err);
+ */
+#ifndef MKC_RUNTIME_CAPI_H_
+#define MKC_RUNTIME_CAPI_H_
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mkc_kernel mkc_kernel;
+
+/* Compiles the schedule in `path` with `defines` ("NAME=VALUE,NAME=VALUE", may be empty or null;
+ * each item as `mkc -D` takes it) for `ranks` ranks in this process (0: one per GPU; ranks may
+ * share GPUs). */
+int mkc_compile_file(const char* path, const char* defines, int ranks, mkc_kernel** out, char* err,
+                     int err_len);
+/* Rank `rank`'s tensor `name` at the caller's device memory `data` from the next launch on. */
+int mkc_bind(mkc_kernel* k, const char* name, int rank, void* data, char* err, int err_len);
+/* The device address rank `rank`'s tensor `name` has (for symmetric tensors, the job's heap). */
+int mkc_data(mkc_kernel* k, const char* name, int rank, void** data, char* err, int err_len);
+/* Enqueues one launch of every local rank on `stream` (rank 0's GPU; with several local ranks
+ * on one GPU the same stream serves all of them). */
+int mkc_launch_async(mkc_kernel* k, void* stream, char* err, int err_len);
+int mkc_synchronize(mkc_kernel* k, char* err, int err_len);
+/* One line per task class of the kernel: the device code it runs (tensor cores or SIMT). */
+int mkc_paths(mkc_kernel* k, char* out, int out_len);
+void mkc_free(mkc_kernel* k);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MKC_RUNTIME_CAPI_H_ */

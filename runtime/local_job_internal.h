@@ -1,0 +1,67 @@
+// What the files of rt::LocalJob share and nothing else sees: one rank's handles (LocalJob::Rank),
+// the scoped current-context guard, and the symmetric heap's layout. The job is split by concern:
+//   local_job.cc          construction (GPUs, modules, occupancy), release, accessors, tracing
+//   local_job_heap.cc     the symmetric heap: layout, allocation, peer access, the IPC handle swap
+//                         between processes, the kernel's address tables and bind()
+//   local_job_convert.cc  host-side conversion: upload, download, poison, element types
+//   local_job_launch.cc   enqueue, launch, launch_async, synchronize, time_launches
+//   local_job_errors.cc   the device's error record turned into a LaunchError
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "compiler/plan.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/local_job.h"
+#include "templates/mkc/abi.h"
+
+namespace mkc::rt {
+
+// Makes a context current for a scope.
+class CtxScope {
+ public:
+  CtxScope(const Driver& d, CUcontext c) : d_(d) {
+    d_.cuCtxGetCurrent(&prev_);
+    MKC_CU(d_, cuCtxSetCurrent, c);
+  }
+  ~CtxScope() { d_.cuCtxSetCurrent(prev_); }
+  CtxScope(const CtxScope&) = delete;
+  CtxScope& operator=(const CtxScope&) = delete;
+
+ private:
+  const Driver& d_;
+  CUcontext prev_ = nullptr;
+};
+
+struct LocalJob::Rank {
+  bool local = false;
+  CUdevice dev{};
+  CUcontext ctx{};
+  CUmodule mod{};
+  CUfunction fn{};
+  CUstream stream{};
+  CUdeviceptr heap = 0;            // buffers, then event counters; a remote rank's as mapped here
+  std::vector<CUdeviceptr> bound;  // per buffer: the caller's memory (bind), or 0: the heap's
+  bool ipc_mapped = false;
+  CUdeviceptr buffer_table = 0;
+  CUdeviceptr event_table = 0;
+  CUdeviceptr tensor_maps = 0;
+  CUdeviceptr trace = 0;
+  abi::ErrorRecord* error = nullptr;
+  CUdeviceptr error_dev = 0;
+};
+
+// The symmetric heap of a plan: every buffer at the same offset on every rank, then the event
+// counters (8 bytes each, at least one). Offsets are 512-byte aligned, which covers 16-byte vector
+// accesses and TMA's global address rule.
+struct HeapLayout {
+  std::vector<size_t> offsets;  // each buffer's offset
+  size_t events_offset = 0;
+  size_t bytes = 0;
+};
+HeapLayout heap_layout(const plan::Plan& plan);
+
+}  // namespace mkc::rt

@@ -1,0 +1,461 @@
+// The Hopper attention tile: O[l, q0:q1] = softmax(scale * Q Kᵀ) V for one slice l of the leading
+// dims, bf16 or f16 in, f32 accumulation, `wgmma` tensor-core instructions fed by TMA bulk tensor
+// copies, online softmax in registers (FlashAttention's recurrence, in the exp2 domain).
+//
+// One CTA of 384 threads (three warpgroups) computes a 128-query tile against every key block of
+// 128 keys (head dims 64 and 128, the same for Q, K and V):
+//   - warpgroup 0 is the producer: one thread loads the Q tile once, then each key block's K and V
+//     tiles into a ring of stages (two for D = 128, four for D = 64), K and V completing on their
+//     own mbarriers so that Q Kᵀ starts before V has landed (with MKC_ATTN_SETMAXNREG it runs on
+//     40 registers, giving the consumers 232; see below);
+//   - warpgroups 1 and 2 each own 64 query rows. Per key block: S = Q Kᵀ (wgmma, A = Q and B = K
+//     both K-major in shared memory, 128-byte swizzle), the causal / ragged mask, the online
+//     softmax (row max across the quad, exp2 with the scale folded in, the running sum kept per
+//     thread and reduced once at the end), then O += P V with P straight from registers (the
+//     accumulator layout of S is the A-fragment layout of the next wgmma, two 8-column groups per
+//     16-key step) and V N-major in shared memory. The stage is released once both consumers'
+//     P V has completed.
+// Causal masking is top-left aligned (key j is visible to query i when j <= i, in the slice's
+// coordinates); key blocks past the tile's last query are skipped, by both sides. The tensor maps
+// are 3-D ([L][S][D]), so a box never reads into the next slice and ragged S is zero-filled; keys
+// past S are masked, queries past S are computed on zeros and not stored.
+// With `accumulate` (a loop's instances merged, ring attention), the running max (natural log),
+// sum and unnormalised O are read from and written to the f32 state the lowering gives the task,
+// in the same form the SIMT tile uses, so either tile can continue the other's state.
+//
+// Without sm_90a the same entry point runs the SIMT tile of attention_simt.cuh.
+#pragma once
+
+#include "mkc/attention_simt.cuh"
+#include "mkc/gemm_sm90.cuh"
+#include "mkc/hopper.cuh"
+
+namespace mkc {
+namespace sm90 {
+
+template <int D>
+struct AttnShape {
+  static_assert(D == 64 || D == 128, "the tensor-core attention tile takes head dims 64 and 128");
+  static constexpr int kBQ = 128;        // queries per tile: 64 per consumer warpgroup
+  static constexpr int kBN = 128;        // keys per block
+  static constexpr int kBoxes = D / 64;  // 64-column (128-byte) TMA boxes per row
+  static constexpr int kQBoxBytes = kBQ * 128;
+  static constexpr int kKBoxBytes = kBN * 128;
+  static constexpr int kQBytes = kBoxes * kQBoxBytes;
+  static constexpr int kKBytes = kBoxes * kKBoxBytes;
+  static constexpr int kStageBytes = 2 * kKBytes;  // K then V
+  static constexpr int kStages = D == 64 ? 4 : 2;
+  // Header (PipeState of the GEMM, this tile's mbarriers) + slack to align to 1024 + Q + ring.
+  static constexpr int kSmemBytes = 2048 + kQBytes + kStages * kStageBytes;
+};
+
+// Byte offsets of this tile's mbarriers in the header (the GEMM's PipeState and its barriers use
+// bytes [0, 192)).
+constexpr int kAttnBarOffset = 192;  // q_full, full_k[2], full_v[2], empty[2] ... (8 at most)
+
+#if MKC_HAS_WGMMA
+
+// Register reallocation between the warpgroups is opt-in (MKC_ATTN_SETMAXNREG, an NVRTC -D): on
+// an H200 (2026-12-01) the head-dim-128 tile with it hung once a task had more key blocks than
+// stages, while head dim 64 and the tile without it were right; until that is understood every
+// warpgroup keeps the kernel's allocation (168 registers: the head-dim-128 consumers spill a
+// little).
+#ifdef MKC_ATTN_SETMAXNREG
+__device__ __forceinline__ void setmaxnreg_dec40() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+}
+__device__ __forceinline__ void setmaxnreg_inc232() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+}
+// Back to the kernel's allocation (__launch_bounds__(384, 1): 168) for the tasks after this one.
+__device__ __forceinline__ void setmaxnreg_inc168() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 168;\n" ::: "memory");
+}
+__device__ __forceinline__ void setmaxnreg_dec168() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 168;\n" ::: "memory");
+}
+#else
+__device__ __forceinline__ void setmaxnreg_dec40() {}
+__device__ __forceinline__ void setmaxnreg_inc232() {}
+__device__ __forceinline__ void setmaxnreg_inc168() {}
+__device__ __forceinline__ void setmaxnreg_dec168() {}
+#endif
+
+// 3-D TMA load of the box at (c0 = column, c1 = row, c2 = slice) into shared memory.
+__device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, int c0, int c1, int c2,
+                                            u64* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3, %4}], [%5];" ::"r"(smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// S(64 x 128, f32) = (accumulate ? S : 0) + A(64 x 16, K-major smem) x B(16 x 128, K-major smem):
+// Q Kᵀ, both operands with the head dim contiguous (no transpose of B).
+#define MKC_DEFINE_WGMMA_QK(AB)                                                                   \
+  __device__ __forceinline__ void wgmma_qk_##AB(float* d, u64 da, u64 db, int accumulate) {       \
+    asm volatile(                                                                                 \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                              \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." #AB "." #AB                                \
+        " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "   \
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "   \
+        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"   \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),     \
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),           \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),           \
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),           \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),           \
+          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),           \
+          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),           \
+          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),           \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),           \
+          "+f"(d[62]), "+f"(d[63])                                                                \
+        : "l"(da), "l"(db), "r"(accumulate));                                                     \
+  }
+MKC_DEFINE_WGMMA_QK(bf16)
+MKC_DEFINE_WGMMA_QK(f16)
+#undef MKC_DEFINE_WGMMA_QK
+
+// O(64 x 128, f32) += A(64 x 16, registers) x B(16 x 128, N-major smem): P V with P from the
+// registers of the softmax (four 32-bit words of two 16-bit values each).
+#define MKC_DEFINE_WGMMA_PV128(AB)                                                                \
+  __device__ __forceinline__ void wgmma_pv128_##AB(float* d, const unsigned* a, u64 db) {         \
+    asm volatile(                                                                                 \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                              \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." #AB "." #AB                                \
+        " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "   \
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "   \
+        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, "  \
+        "1, "                                                                                     \
+        "1, 1;\n}\n"                                                                              \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),     \
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),           \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),           \
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),           \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),           \
+          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),           \
+          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),           \
+          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),           \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),           \
+          "+f"(d[62]), "+f"(d[63])                                                                \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));                           \
+  }
+MKC_DEFINE_WGMMA_PV128(bf16)
+MKC_DEFINE_WGMMA_PV128(f16)
+#undef MKC_DEFINE_WGMMA_PV128
+
+#define MKC_DEFINE_WGMMA_PV64(AB)                                                                  \
+  __device__ __forceinline__ void wgmma_pv64_##AB(float* d, const unsigned* a, u64 db) {           \
+    asm volatile(                                                                                  \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                               \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." #AB "." #AB                                  \
+        " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "  \
+        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, " \
+        "%36, p, 1, 1, 1;\n}\n"                                                                    \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),            \
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])             \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));                            \
+  }
+MKC_DEFINE_WGMMA_PV64(bf16)
+MKC_DEFINE_WGMMA_PV64(f16)
+#undef MKC_DEFINE_WGMMA_PV64
+
+template <typename T>
+__device__ __forceinline__ void wgmma_qk(float* d, u64 da, u64 db, int accumulate) {
+  if constexpr (is_same<T, __nv_bfloat16>::value) {
+    wgmma_qk_bf16(d, da, db, accumulate);
+  } else {
+    wgmma_qk_f16(d, da, db, accumulate);
+  }
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void wgmma_pv(float* d, const unsigned* a, u64 db) {
+  if constexpr (D == 128) {
+    if constexpr (is_same<T, __nv_bfloat16>::value) {
+      wgmma_pv128_bf16(d, a, db);
+    } else {
+      wgmma_pv128_f16(d, a, db);
+    }
+  } else {
+    if constexpr (is_same<T, __nv_bfloat16>::value) {
+      wgmma_pv64_bf16(d, a, db);
+    } else {
+      wgmma_pv64_f16(d, a, db);
+    }
+  }
+}
+
+// The consumer warpgroup's part of the tile: rows row0.. (64 of them) of the slice.
+template <typename T, typename TO, int D>
+__device__ __forceinline__ void attention_consumer(const KernelArgs& a, const View* v,
+                                                   const abi::AttentionTileArgs& at, int nb,
+                                                   const unsigned char* q_smem,
+                                                   const unsigned char* ring, u64* q_full,
+                                                   u64* full_k, u64* full_v, u64* empty,
+                                                   int nblocks, int w, int t) {
+  using S = AttnShape<D>;
+  constexpr int kN = S::kBN;
+  const long long Sq = v[0].shape[1], Sk = v[1].shape[1];
+  const int warp = t / 32, lane = t % 32;
+  const long long row0 = at.q0 + 64 * w;
+  // This thread's two rows (h = 0, 1) and the columns of its pairs: 8g + 2(lane % 4) + {0, 1}.
+  const long long qrow[2] = {row0 + warp * 16 + lane / 4, row0 + warp * 16 + lane / 4 + 8};
+  const float scale2 = static_cast<float>(__longlong_as_double(at.scale_bits) * 1.4426950408889634);
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
+  float* st_acc = nullptr;
+  float* st_max = nullptr;
+  float* st_sum = nullptr;
+  if (at.accumulate) {
+    st_acc = view_ptr<float>(a, v[4], nb) + at.l * Sq * D;
+    st_max = view_ptr<float>(a, v[5], nb) + at.l * Sq;
+    st_sum = view_ptr<float>(a, v[6], nb) + at.l * Sq;
+    if (!at.first) {
+      // The state of the instances before: max (natural log) to exp2 units; the sum in one
+      // thread of the quad (the quad's partial sums are added at the end).
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (qrow[h] < at.q1) {
+          m[h] = st_max[qrow[h]] * 1.4426950408889634f;
+          l[h] = lane % 4 == 0 ? st_sum[qrow[h]] : 0.0f;
+#pragma unroll
+          for (int g = 0; g < D / 8; ++g) {
+            const long long c = 8 * g + 2 * (lane % 4);
+            o[4 * g + 2 * h] = st_acc[qrow[h] * D + c];
+            o[4 * g + 2 * h + 1] = st_acc[qrow[h] * D + c + 1];
+          }
+        }
+      }
+    }
+  }
+  bool ok = mbar_wait(a, q_full, 0, -1);
+  for (int j = 0; ok && j < nblocks; ++j) {
+    const int s = j % S::kStages;
+    const unsigned phase = (j / S::kStages) & 1;
+    const unsigned char* k_smem = ring + s * S::kStageBytes;
+    const unsigned char* v_smem = k_smem + S::kKBytes;
+    if (!mbar_wait(a, full_k + s, phase, s)) break;
+    float sc[kN / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      // 16 head-dim columns = 32 bytes along a row inside a 64-column box.
+      const int box = kk / 4, within = (kk % 4) * 32;
+      const u64 da = smem_desc(q_smem + box * S::kQBoxBytes + w * 64 * 128 + within, 16, 1024);
+      const u64 db = smem_desc(k_smem + box * S::kKBoxBytes + within, 16, 1024);
+#ifndef MKC_ATTN_SKIP_QK
+      wgmma_qk<T>(sc, da, db, kk > 0);
+#else
+      (void)da;
+      (void)db;
+      if (kk == 0) {
+        for (int i = 0; i < kN / 2; ++i) sc[i] = 0.0f;
+      }
+#endif
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    // Mask where a key is past the slice or (causal) after the query.
+    const long long key0 = static_cast<long long>(j) * kN;
+    const bool ragged = key0 + kN > Sk;
+    const bool diagonal = at.causal && key0 + kN - 1 > row0;
+    if (ragged || diagonal) {
+#pragma unroll
+      for (int g = 0; g < kN / 8; ++g) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const long long key = key0 + 8 * g + 2 * (lane % 4) + e;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (key >= Sk || (at.causal && key > qrow[h])) sc[4 * g + 2 * h + e] = neg_inf();
+          }
+        }
+      }
+    }
+    // Online softmax, per row h: the block's max, the rescale of what came before, exp2.
+    unsigned p[kN / 4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = neg_inf();
+#pragma unroll
+      for (int g = 0; g < kN / 8; ++g)
+        mx = fmaxf(mx, fmaxf(sc[4 * g + 2 * h], sc[4 * g + 2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[h], mx * scale2);
+      // A row that has seen no key yet keeps the rescale finite (nothing to rescale).
+      const float m_use = m_new == neg_inf() ? 0.0f : m_new;
+      const float alpha = ex2(m[h] - m_use);
+      m[h] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int g = 0; g < kN / 8; ++g) {
+        const float p0 = ex2(fmaf(sc[4 * g + 2 * h], scale2, -m_use));
+        const float p1 = ex2(fmaf(sc[4 * g + 2 * h + 1], scale2, -m_use));
+        sum += p0 + p1;
+        // Key step kk = g / 2 takes groups 2kk (words 0, 1) and 2kk + 1 (words 2, 3); row h is
+        // the word's second index.
+        p[(g / 2) * 4 + (g % 2) * 2 + h] = pack2<T>(p0, p1);
+      }
+      l[h] = l[h] * alpha + sum;
+#pragma unroll
+      for (int g = 0; g < D / 8; ++g) {
+        o[4 * g + 2 * h] *= alpha;
+        o[4 * g + 2 * h + 1] *= alpha;
+      }
+    }
+    if (!mbar_wait(a, full_v + s, phase, s)) break;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      // V N-major: 16 keys = 16 rows of 128 bytes down; 64-column boxes kKBoxBytes apart.
+      const u64 db = smem_desc(v_smem + kk * 16 * 128, S::kKBoxBytes, 1024);
+#ifndef MKC_ATTN_SKIP_PV
+      wgmma_pv<T, D>(o, p + 4 * kk, db);
+#else
+      (void)db;
+#endif
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    // Both consumers done with the stage: the producer may refill it.
+    if (t == 0) mbar_arrive(empty + s);
+  }
+  if (!ok || task_state().failed) return;
+    // The rows' sums over the quad; O normalised (last instance) or the state kept (not last).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  if (at.accumulate) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (lane % 4 == 0 && qrow[h] < at.q1) {
+        st_max[qrow[h]] = m[h] * 0.6931471805599453f;
+        st_sum[qrow[h]] = l[h];
+      }
+    }
+    store_tile<float, float, D>(o, st_acc, D, nullptr, row0, 0, at.q1, D, t, NoFn{});
+  }
+  if (at.last) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float inv = 1.0f / l[h];
+#pragma unroll
+      for (int g = 0; g < D / 8; ++g) {
+        o[4 * g + 2 * h] *= inv;
+        o[4 * g + 2 * h + 1] *= inv;
+      }
+    }
+    TO* O = view_ptr<TO>(a, v[3], nb) + at.l * Sq * D;
+    store_tile<TO, float, D>(o, O, D, nullptr, row0, 0, at.q1, D, t, NoFn{});
+  }
+}
+
+#endif  // MKC_HAS_WGMMA
+
+// The task: args AttentionTileArgs (abi.h) with map_q, map_k and map_v set (3-D maps of the
+// [L, S, D] views, boxes of 64 columns x 128 rows x 1 slice); views {Q, K, V, O[, acc, max,
+// sum]}. Needs kThreads threads and AttnShape<D>::kSmemBytes of dynamic shared memory.
+template <typename T, typename TO, int D>
+__device__ void attention_tile_tma(const KernelArgs& a, const View* v, const long long* args,
+                                   int nb, unsigned char* smem) {
+#if MKC_HAS_WGMMA
+  using S = AttnShape<D>;
+  const abi::AttentionTileArgs& at = args_as<abi::AttentionTileArgs>(args);
+  PipeState* ps = reinterpret_cast<PipeState*>(smem);
+  u64* bars = reinterpret_cast<u64*>(smem + kAttnBarOffset);
+  u64* q_full = bars;
+  u64* full_k = bars + 1;
+  u64* full_v = full_k + S::kStages;
+  u64* empty = full_v + S::kStages;
+  static_assert(kAttnBarOffset + (1 + 3 * S::kStages) * 8 <= 1024,
+                "the attention tile's mbarriers end before Q (at 1024 bytes or later)");
+  unsigned char* q_smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<unsigned long long>(smem) + 1024 + 1023) & ~1023ull);
+  unsigned char* ring = q_smem + S::kQBytes;
+  const long long Sk = v[1].shape[1];
+  // Key blocks: all of them, or (causal) those with a key at or before the tile's last query.
+  long long keys = Sk;
+  if (at.causal && at.q1 < keys) keys = at.q1;
+  const int nblocks = static_cast<int>((keys + S::kBN - 1) / S::kBN);
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    // The GEMM's ring (if any) is overwritten: it starts afresh next time.
+    ps->bn = 0;
+    ps->prefetched = 0;
+    ps->prefetched_args = nullptr;
+    mbar_init(q_full, 1);
+    for (int s = 0; s < S::kStages; ++s) {
+      mbar_init(full_k + s, 1);
+      mbar_init(full_v + s, 1);
+      mbar_init(empty + s, 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (wg == 0) {
+    setmaxnreg_dec40();
+    if (t == 0) {
+      // Q, K and V may have been written with plain stores by an earlier task of this CTA.
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+      const TensorMap* map_q = a.tensor_maps + at.map_q;
+      const TensorMap* map_k = a.tensor_maps + at.map_k;
+      const TensorMap* map_v = a.tensor_maps + at.map_v;
+      const int l = static_cast<int>(at.l);
+      mbar_expect_tx(q_full, S::kQBytes);
+#pragma unroll
+      for (int b = 0; b < S::kBoxes; ++b)
+        tma_load_3d(q_smem + b * S::kQBoxBytes, map_q, 64 * b, static_cast<int>(at.q0), l, q_full);
+      for (int j = 0; j < nblocks; ++j) {
+        const int s = j % S::kStages;
+        if (j >= S::kStages && !mbar_wait(a, empty + s, ((j / S::kStages) - 1) & 1, s)) break;
+        unsigned char* k_smem = ring + s * S::kStageBytes;
+        unsigned char* v_smem = k_smem + S::kKBytes;
+        mbar_expect_tx(full_k + s, S::kKBytes);
+#pragma unroll
+        for (int b = 0; b < S::kBoxes; ++b)
+          tma_load_3d(k_smem + b * S::kKBoxBytes, map_k, 64 * b, j * S::kBN, l, full_k + s);
+        mbar_expect_tx(full_v + s, S::kKBytes);
+#pragma unroll
+        for (int b = 0; b < S::kBoxes; ++b)
+          tma_load_3d(v_smem + b * S::kKBoxBytes, map_v, 64 * b, j * S::kBN, l, full_v + s);
+      }
+    }
+    // setmaxnreg is .sync.aligned: warp 0's lanes meet again (lane 0 ran the loads) first.
+    __syncwarp();
+    setmaxnreg_inc168();
+  } else {
+    setmaxnreg_inc232();
+    attention_consumer<T, TO, D>(a, v, at, nb, q_smem, ring, q_full, full_k, full_v, empty, nblocks,
+                                 wg - 1, t);
+    __syncwarp();
+    setmaxnreg_dec168();
+  }
+  __syncthreads();
+#else
+  (void)smem;
+  attention_tile<T, TO>(a, v, args, nb);
+#endif
+}
+
+}  // namespace sm90
+}  // namespace mkc
