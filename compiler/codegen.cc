@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "support/check.h"
+#include "support/error.h"
 #include "support/version.h"
 
 namespace mkc::codegen {
@@ -525,6 +526,21 @@ uint64_t fnv1a(std::string_view data, uint64_t seed) {
 }
 
 Generated generate(const plan::Plan& plan, const CodegenOptions& options) {
+  // Edges between nodes: the plan, the verifier and the interpreter carry them (`mkc verify
+  // --ranks-per-node`), and the proxy runs on the host (runtime/net); the kernel's side of them
+  // (request ring writes, proxy counters in its waits) is not generated yet.
+  for (const plan::Task& t : plan.tasks) {
+    for (const plan::Signal& s : t.signals) {
+      if (s.handoff != plan::HandOff::kProxy) continue;
+      throw UserError(fmt::format(
+          "schedule `{}` at {} ranks, {} per node: task `{}` on rank {} signals rank {} on "
+          "another node; mkc does not generate kernels with inter-node edges yet (the plan is "
+          "checked: `mkc verify --ranks-per-node {}` runs it on the CPU): compile for one node "
+          "(--ranks-per-node {})",
+          plan.schedule, plan.ranks, plan.ranks_per_node, t.label, t.rank,
+          plan.events[s.event].rank, plan.ranks_per_node, plan.ranks));
+    }
+  }
   return Generator(plan, options).run();
 }
 

@@ -48,6 +48,7 @@ class Deriver {
 
   void run() {
     const auto& ops = p_.source->ops;
+    check_remote_reads();
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
       if (task.kind == TaskKind::kLaunchFence) fences_[task.rank] = static_cast<int>(t);
@@ -116,18 +117,29 @@ class Deriver {
     return out;
   }
 
-  // How a signal from task `from` reaches a counter of rank `to`. Another node would need the
-  // host proxy's RDMA path, which does not exist yet: a clear error rather than an NVLink store
-  // that cannot reach the peer.
+  // How a signal from task `from` reaches a counter of rank `to`: the same GPU, a peer of the node
+  // over NVLink, or another node through the host proxies (DESIGN.md "hand-off kinds").
   HandOff handoff(int from_task, int to) const {
     const int from = p_.tasks[from_task].rank;
     if (from == to) return HandOff::kLocal;
     if (from / per_node_ == to / per_node_) return HandOff::kPeerFlag;
-    throw UserError(fmt::format(
-        "schedule `{}` at {} ranks, {} per node: task `{}` on rank {} must signal rank {} on "
-        "another node; edges between nodes go through mkc's RDMA proxy, which is not built yet: "
-        "compile for one node (--ranks-per-node {}) or fewer ranks",
-        p_.schedule, p_.ranks, per_node_, p_.tasks[from_task].label, from, to, p_.ranks));
+    return HandOff::kProxy;
+  }
+
+  // The proxy carries writes into another node's memory, never reads of it: a task that would
+  // load a rank's data across nodes is an error naming the task (the lowering puts every
+  // movement in the sender's hands, so only a hand-written pattern can reach this).
+  void check_remote_reads() const {
+    for (const Task& t : p_.tasks) {
+      for (const Box& b : t.reads) {
+        if (b.rank / per_node_ == t.rank / per_node_) continue;
+        throw UserError(fmt::format(
+            "schedule `{}` at {} ranks, {} per node: task `{}` on rank {} reads `{}` of rank {} "
+            "on another node; between nodes data only moves by sends through the proxy (the "
+            "sender pushes): restructure the operation as a put, or keep both ranks on one node",
+            p_.schedule, p_.ranks, per_node_, t.label, t.rank, p_.buffers[b.buffer].name, b.rank));
+      }
+    }
   }
 
   // Makes `consumer` wait for `producer` alone (once): the producer's own counter on the
@@ -345,6 +357,7 @@ class Deriver {
 }  // namespace
 
 void derive_dependencies(Plan& plan, int64_t ranks_per_node) {
+  plan.ranks_per_node = ranks_per_node > 0 ? ranks_per_node : plan.ranks;
   Deriver(plan, ranks_per_node).run();
 }
 

@@ -14,8 +14,9 @@
 // producer's own counter when it is alone, else on a counter every producer of that set signals
 // (shared by the consumers on that rank that wait for the same set).
 // Every event lives on the rank that waits on it; the signal's hand-off kind follows from where the
-// producer runs (same GPU: a local counter; same node: a flag over NVLink). An edge to another node
-// is a UserError until the RDMA proxy exists.
+// producer runs (same GPU: a local counter; same node: a flag over NVLink; another node: the host
+// proxies, which deliver the task's writes into that node first, then the signal). A task that
+// reads memory of another node is a UserError: between nodes only the sender moves data.
 #pragma once
 
 #include "compiler/plan.h"

@@ -4,8 +4,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <limits>
+#include <map>
 #include <random>
+#include <tuple>
 
 #include "support/check.h"
 #include "support/error.h"
@@ -88,6 +91,7 @@ class Machine {
       for (size_t b = 0; b < p.buffers.size(); ++b) rank[b].assign(p.buffers[b].elements(), kNaN);
     }
     counters_.assign(p.events.size(), 0);
+    steps_.assign(p.ranks, 0);
     for (const compiler::DeviceFunction& f : p.source->device_fns) {
       auto it = o.fns.find(f.name);
       if (it == o.fns.end()) {
@@ -121,14 +125,25 @@ class Machine {
             ready.push_back({static_cast<int>(r), static_cast<int>(c)});
         }
       }
-      if (ready.empty()) {
+      // Proxy channels with a message in flight: delivering one is a step like running a task.
+      std::vector<std::pair<int, int>> in_flight;
+      for (const auto& [key, queue] : channels_) {
+        if (!queue.empty()) in_flight.push_back(key);
+      }
+      if (ready.empty() && in_flight.empty()) {
         if (!work_left) break;
         report_deadlock(epoch, pc);
       }
-      const auto [r, c] = ready[std::uniform_int_distribution<size_t>(0, ready.size() - 1)(rng_)];
+      const size_t pick =
+          std::uniform_int_distribution<size_t>(0, ready.size() + in_flight.size() - 1)(rng_);
+      if (pick >= ready.size()) {
+        res.proxy_late += deliver(in_flight[pick - ready.size()]);
+        ++res.proxy_messages;
+        continue;
+      }
+      const auto [r, c] = ready[pick];
       const Task& t = p_.tasks[p_.cta_tasks[r][c][pc[r][c]]];
-      execute(t);
-      for (const Signal& s : t.signals) ++counters_[s.event];
+      run_task(t);
       ++pc[r][c];
       ++res.tasks_run;
       // A rank whose CTAs are all done ends its launch; the host then starts the next one.
@@ -153,6 +168,82 @@ class Machine {
         std::fill(data_[r][b].begin(), data_[r][b].end(), kNaN);
     }
     o_.inputs(r, *epoch, data_[r]);
+  }
+
+  // What one task sends one rank of another node through the proxies: the elements it wrote
+  // there (buffer, flat index, value), then its signals to that rank's counters.
+  struct Message {
+    std::vector<std::tuple<int, int64_t, double>> writes;
+    std::vector<int> signals;
+    int64_t sent_at = 0;  // the sender rank's step count when it was posted
+  };
+
+  // Runs a task. Its writes into this node and its signals to it take effect at once; its writes
+  // into another node's memory and its signals there become a message on the channel from its
+  // rank to that one (one proxy thread per rank, in order per peer), delivered at a later step
+  // of the interleaving: the data first, then the counters. Sources are read when the task runs
+  // (the device task ends only once its proxy has taken the bytes), destinations change when the
+  // message lands, and messages of different channels overtake each other.
+  void run_task(const Task& t) {
+    const int node = p_.node_of(t.rank);
+    struct Saved {
+      const Box* box;
+      std::vector<std::pair<int64_t, double>> old;  // flat index, value before the task
+    };
+    std::vector<Saved> saved;
+    for (const Box& b : t.writes) {
+      if (p_.node_of(b.rank) == node) continue;
+      Saved sv{&b, {}};
+      const std::vector<double>& v = data_[b.rank][b.buffer];
+      box_elements(b, [&](int64_t f) { sv.old.push_back({f, v[f]}); });
+      saved.push_back(std::move(sv));
+    }
+    execute(t);
+    std::map<int, Message> out;  // destination rank -> message
+    for (const Saved& sv : saved) {
+      std::vector<double>& v = data_[sv.box->rank][sv.box->buffer];
+      Message& m = out[sv.box->rank];
+      for (const auto& [f, old] : sv.old) {
+        // Only what the task wrote (a scatter box bounds rows other tasks fill too).
+        if (std::memcmp(&v[f], &old, sizeof(double)) != 0)
+          m.writes.emplace_back(sv.box->buffer, f, v[f]);
+      }
+    }
+    for (const Saved& sv : saved) {
+      std::vector<double>& v = data_[sv.box->rank][sv.box->buffer];
+      for (const auto& [f, old] : sv.old) v[f] = old;
+    }
+    for (const Signal& s : t.signals) {
+      if (s.handoff == HandOff::kProxy) {
+        out[p_.events[s.event].rank].signals.push_back(s.event);
+      } else {
+        ++counters_[s.event];
+      }
+    }
+    ++steps_[t.rank];
+    for (auto& [to, m] : out) {
+      m.sent_at = steps_[t.rank];
+      channels_[{t.rank, to}].push_back(std::move(m));
+    }
+  }
+
+  // Lands the oldest message of a channel; returns whether its sender's rank ran a task since.
+  bool deliver(const std::pair<int, int>& channel) {
+    std::deque<Message>& queue = channels_[channel];
+    const Message m = std::move(queue.front());
+    queue.pop_front();
+    for (const auto& [b, f, value] : m.writes) data_[channel.second][b][f] = value;
+    for (int e : m.signals) ++counters_[e];
+    return steps_[channel.first] > m.sent_at;
+  }
+
+  // Calls fn(flat index) for every element of a box of its buffer.
+  template <typename F>
+  void box_elements(const Box& b, F fn) const {
+    const View whole{b.rank, b.buffer, 0, p_.buffers[b.buffer].shape};
+    for_rows(whole, b.lo, b.hi, whole, b.lo, [&](int64_t first, int64_t, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) fn(first + i);
+    });
   }
 
   bool satisfied(const Task& t, int epoch) const {
@@ -447,6 +538,8 @@ class Machine {
   std::vector<RankData> data_;
   std::vector<int64_t> counters_;
   std::vector<HostFn> fns_;
+  std::map<std::pair<int, int>, std::deque<Message>> channels_;  // (from rank, to rank)
+  std::vector<int64_t> steps_;                                   // rank -> tasks it has run
 };
 
 }  // namespace

@@ -43,6 +43,9 @@ struct InterpretResult {
   // outputs[launch][rank]: every buffer of the rank as it stood when the rank finished the launch.
   std::vector<std::vector<RankData>> snapshots;
   int64_t tasks_run = 0;
+  // Messages the proxies carried between nodes, and how many of them landed after a later
+  // step of their sender's rank had run (delivered late, not at once).
+  int64_t proxy_messages = 0, proxy_late = 0;
 };
 
 // Runs the plan; throws UserError on a deadlock (naming the waits) and on a missing host function.

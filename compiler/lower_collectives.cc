@@ -50,6 +50,16 @@ std::string Lowerer::choose(const OpInstance& op, int64_t bytes) {
     choice = "two_shot";
     reason = "algo(ring) requested; ring is not implemented yet, two-shot moves the same bytes";
   }
+  // Across nodes of several ranks each, an all-reduce under algo(auto) crosses the proxies once
+  // per node and chunk, not once per rank.
+  const int64_t L = per_node();
+  if (op.kind == OpKind::kAllReduce && op.algo == "auto" && L > 1 && L < R()) {
+    choice = "hierarchical";
+    reason = fmt::format(
+        "{} nodes of {} ranks: reduce-scatter in the node (NVLink), all-reduce of the node sums "
+        "between nodes (proxy), all-gather in the node",
+        R() / L, L);
+  }
   plan_.decisions.push_back(Decision{name_of(op), choice, reason});
   return choice;
 }
@@ -68,6 +78,7 @@ void Lowerer::lower_reduction(int i) {
   // The part each chunk grid covers: X for allreduce, Y (the shard) for reducescatter.
   const std::vector<int64_t>& part = all ? x.shape : y.shape;
   const std::string algo = choose(op, product(x.shape) * eb);
+  if (algo == "hierarchical") return lower_hierarchical_allreduce(i);
   const auto chunks = chunk_grid(part, chunk_sizes(op, part, eb));
   if (algo == "local") {
     // One rank: an out-of-place all-reduce or a reduce-scatter is a copy; in place, nothing.
@@ -142,6 +153,89 @@ void Lowerer::lower_reduction(int i) {
     }
     // Every rank's part in chunk c (its send, the owner's reduction and broadcast) on one CTA
     // index: the ranks' CTAs meet on the same chunks.
+    for (size_t t = first_task; t < plan_.tasks.size(); ++t) {
+      if (plan_.tasks[t].group < 0) plan_.tasks[t].group = c;
+    }
+  }
+}
+
+// The all-reduce across N nodes of L ranks (rank = node * L + local). Per chunk c, the owner in
+// every node is local rank c mod L (chunks spread over a node's ranks), and per node, in order:
+//   1. every other rank of the node sends its chunk to the owner's slot [L, ...] (NVLink);
+//   2. the owner reduces its X with those slots into Y: the node's sum of the chunk;
+//   3. the owner sends that sum to the owners of the other nodes, slots [N, ...] (proxy);
+//   4. each owner reduces its node sum with the other nodes' into Y: the full sum;
+//   5. the owner sends the result to the other ranks of its node (NVLink).
+// Between nodes each chunk crosses N (N - 1) times, against R (R - 1) / ... for the flat
+// algorithms, whose every rank sends to every other.
+void Lowerer::lower_hierarchical_allreduce(int i) {
+  const size_t first_task = plan_.tasks.size();
+  const OpInstance& op = s_.ops[i];
+  const TensorUse& x = op.inputs[0];
+  const TensorUse& y = op.outputs.empty() ? x : op.outputs[0];
+  const compiler::Tensor& xt = s_.tensors[x.tensor];
+  const int eb = compiler::dtype_bytes(xt.dtype);
+  const int64_t L = per_node(), N = R() / L;
+  const auto chunks = chunk_grid(x.shape, chunk_sizes(op, x.shape, eb));
+  const auto with_lead = [&](int64_t n) {
+    std::vector<int64_t> shape = {n};
+    shape.insert(shape.end(), x.shape.begin(), x.shape.end());
+    return shape;
+  };
+  const int in_node = add_buffer(name_of(op) + ".node_slots", xt.dtype, with_lead(L), true);
+  const int across = add_buffer(name_of(op) + ".node_sums", xt.dtype, with_lead(N), true);
+  const abi::i64 code = reduce_code(op.reduce_op);
+  for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
+    const auto& [lo, hi] = chunks[c];
+    const int64_t o = c % L;
+    const auto owner = [&](int64_t n) { return n * L + o; };
+    const std::string name = fmt::format("{}.chunk({})", name_of(op), c);
+    // 1. Into the owner's node slots.
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t l = 0; l < L; ++l) {
+        if (l == o) continue;
+        const int64_t s = n * L + l;
+        Task t = send(i, s, view(x, s), slot(in_node, owner(n), l), lo, hi,
+                      fmt::format("{}.to({})", name, owner(n)));
+        emit(std::move(t));
+      }
+    }
+    // 2. The node's sum, and 4. the full sum: own + every other slot of the buffer.
+    const auto reduce = [&](int64_t g, const View& own, int slots, int64_t self, int64_t count,
+                            const std::string& label) {
+      Task red = task(i, g, TaskKind::kReduceSlots, label);
+      red.views = {own, whole(slots, g), view(y, g)};
+      set_args(red, abi::ReduceSlotsHead{code, self, 1});
+      push_range(&red.args, lo, hi);
+      push_range(&red.args, lo, hi);
+      red.reads = {box(own, lo, hi)};
+      for (int64_t k = 0; k < count; ++k) {
+        if (k != self) red.reads.push_back(box(slot(slots, g, k), lo, hi));
+      }
+      red.writes = {box(view(y, g), lo, hi)};
+      emit(std::move(red));
+    };
+    for (int64_t n = 0; n < N; ++n)
+      reduce(owner(n), view(x, owner(n)), in_node, o, L, name + ".node_reduce");
+    // 3. Node sums between the nodes' owners.
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t m = 0; m < N; ++m) {
+        if (m == n) continue;
+        emit(send(i, owner(n), view(y, owner(n)), slot(across, owner(m), n), lo, hi,
+                  fmt::format("{}.sum_to({})", name, owner(m))));
+      }
+    }
+    // 4.
+    for (int64_t n = 0; n < N; ++n)
+      reduce(owner(n), view(y, owner(n)), across, n, N, name + ".reduce");
+    // 5. The result to the node's other ranks.
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t l = 0; l < L; ++l) {
+        if (l == o) continue;
+        emit(send(i, owner(n), view(y, owner(n)), view(y, n * L + l), lo, hi,
+                  fmt::format("{}.bcast({})", name, n * L + l)));
+      }
+    }
     for (size_t t = first_task; t < plan_.tasks.size(); ++t) {
       if (plan_.tasks[t].group < 0) plan_.tasks[t].group = c;
     }

@@ -82,6 +82,11 @@ class Lowerer {
             const std::vector<int64_t>& hi, const std::string& label) const;
   std::string choose(const compiler::OpInstance& op, int64_t bytes);
   void lower_reduction(int i);
+  void lower_hierarchical_allreduce(int i);
+  // Ranks per node (the world size when the job is one node).
+  int64_t per_node() const {
+    return s_.ranks_per_node > 0 && s_.ranks_per_node < R() ? s_.ranks_per_node : R();
+  }
   void lower_allgather(int i);
   void lower_put(int i);
   void lower_signal(int i);

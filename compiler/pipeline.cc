@@ -7,7 +7,7 @@ namespace mkc::compiler {
 
 std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile> file,
                                           const CheckOptions& options,
-                                          const std::string& defines_text) {
+                                          const std::string& defines_text, bool generate) {
   auto c = std::make_unique<Compilation>();
   c->file = file;
   c->module = dsl::parse(file, c->diagnostics);
@@ -21,6 +21,7 @@ std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile>
     po.file = file.get();
     c->plans.push_back(plan::build_plan(s, po));
   }
+  if (!generate) return c;
   for (const plan::Plan& p : c->plans) {
     codegen::CodegenOptions co;
     co.file = file;

@@ -27,10 +27,12 @@ struct Compilation {
 };
 
 // Parses and checks `file` for the options' world size(s); when it is free of errors, plans
-// (for options.sms CTAs) and generates every schedule's kernel. `defines_text` goes into the
-// generated banner. Errors in the schedule are in the result's diagnostics.
+// (for options.sms CTAs) and, with `generate`, generates every schedule's kernel (`kernels` stays
+// empty without). `defines_text` goes into the generated banner. Errors in the schedule are in
+// the result's diagnostics.
 std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile> file,
                                           const CheckOptions& options,
-                                          const std::string& defines_text = "");
+                                          const std::string& defines_text = "",
+                                          bool generate = true);
 
 }  // namespace mkc::compiler

@@ -63,18 +63,28 @@ bool task_kind_is_comm(TaskKind k) {
 }
 
 std::string summary(const Plan& plan) {
-  size_t waits = 0;
-  for (const Task& t : plan.tasks) waits += t.waits.size();
+  size_t waits = 0, proxied = 0;
+  for (const Task& t : plan.tasks) {
+    waits += t.waits.size();
+    for (const Signal& s : t.signals) proxied += s.handoff == HandOff::kProxy;
+  }
   std::string roles;
   for (const Role& r : plan.roles) roles += fmt::format(" {}={}", r.name, r.count);
-  return fmt::format("{} tasks, {} events, {} waits, {} buffers;{}", plan.tasks.size(),
-                     plan.events.size(), waits, plan.buffers.size(),
+  // Across nodes: how many signals (and the writes before them) the host proxies carry.
+  const std::string nodes = proxied == 0 ? ""
+                                         : fmt::format(", {} signals through the proxy ({} nodes)",
+                                                       proxied, plan.node_of(plan.ranks - 1) + 1);
+  return fmt::format("{} tasks, {} events, {} waits{}, {} buffers;{}", plan.tasks.size(),
+                     plan.events.size(), waits, nodes, plan.buffers.size(),
                      roles.empty() ? " roles unassigned" : " roles" + roles);
 }
 
 nlohmann::json to_json(const Plan& plan) {
   using nlohmann::json;
-  json j = {{"schedule", plan.schedule}, {"ranks", plan.ranks}, {"summary", summary(plan)}};
+  json j = {{"schedule", plan.schedule},
+            {"ranks", plan.ranks},
+            {"ranks_per_node", plan.ranks_per_node},
+            {"summary", summary(plan)}};
   j["buffers"] = json::array();
   for (const Buffer& b : plan.buffers) {
     j["buffers"].push_back({{"name", b.name},

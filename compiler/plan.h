@@ -165,6 +165,7 @@ struct Decision {
 struct Plan {
   std::string schedule;
   int64_t ranks = 1;
+  int64_t ranks_per_node = 0;  // every L consecutive ranks are one node (0: all on one node)
   std::vector<Buffer> buffers;
   std::vector<Event> events;
   std::vector<Task> tasks;
@@ -173,6 +174,9 @@ struct Plan {
   std::vector<Decision> decisions;
   const compiler::CheckedSchedule* source = nullptr;
 
+  int node_of(int64_t rank) const {
+    return static_cast<int>(rank / (ranks_per_node > 0 ? ranks_per_node : ranks));
+  }
   int add_event(int rank, std::string name) {
     events.push_back(Event{rank, std::move(name)});
     return static_cast<int>(events.size()) - 1;

@@ -455,6 +455,7 @@ class Verifier {
   void events() {
     const int ne = static_cast<int>(p_.events.size());
     producers_.assign(ne, {});
+    waiters_.assign(ne, {});
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       for (const Signal& s : p_.tasks[t].signals) {
         if (s.event < 0 || s.event >= ne) {
@@ -465,6 +466,27 @@ class Verifier {
           continue;
         }
         producers_[s.event].push_back(static_cast<int>(t));
+        const int from = p_.tasks[t].rank, to = p_.events[s.event].rank;
+        const HandOff want = from == to                           ? HandOff::kLocal
+                             : p_.node_of(from) == p_.node_of(to) ? HandOff::kPeerFlag
+                                                                  : HandOff::kProxy;
+        if (s.handoff == HandOff::kProxy) {
+          std::vector<int>& senders = proxy_senders_[{from, to}];
+          if (senders.empty() || senders.back() != static_cast<int>(t))
+            senders.push_back(static_cast<int>(t));
+        }
+        if (s.handoff != want) {
+          add("signal",
+              fmt::format(
+                  "task {} signals event `{}` of rank {} as {}, but from rank {} that is {}",
+                  name(static_cast<int>(t)), p_.events[s.event].name, to, handoff_name(s.handoff),
+                  from, handoff_name(want)),
+              static_cast<int>(t));
+        }
+      }
+      for (const Wait& w : p_.tasks[t].waits) {
+        if (w.lag == 0 && w.event >= 0 && w.event < ne)
+          waiters_[w.event].push_back(static_cast<int>(t));
       }
     }
     for (size_t ti = 0; ti < p_.tasks.size() && room(); ++ti) {
@@ -705,6 +727,46 @@ class Verifier {
            static_cast<uint32_t>(position_[a] + 1);
   }
 
+  // Whether task a's writes into rank d (another node: the proxies carry them) have landed before
+  // task b starts. The proxy of a's rank takes its ring in order and sends to each peer in order,
+  // so the data land before every signal to rank d that a task z of a's rank posts at or after a
+  // (a = z, or a happens before z); b must come after a task v that waited for such a signal.
+  // Any other path from a to b (a local signal, then an NVLink flag on the other node; a signal
+  // to a third rank) may overtake the data.
+  bool delivered_before(int a, int d, int b) const {
+    return delivered(a, d, [&](int v) { return v == b || happens_before(v, b); });
+  }
+
+  // ... and before rank d's launch ends: some task of d waits for such a signal.
+  bool delivered_before_end(int a, int d) const {
+    return delivered(a, d, [](int) { return true; });
+  }
+
+  template <typename F>
+  bool delivered(int a, int d, F&& waiter_ok) const {
+    const auto through = [&](int z) {
+      for (const Signal& s : p_.tasks[z].signals) {
+        if (s.handoff != HandOff::kProxy || p_.events[s.event].rank != d) continue;
+        for (int v : waiters_[s.event]) {
+          if (waiter_ok(v)) return true;
+        }
+      }
+      return false;
+    };
+    if (through(a)) return true;
+    auto it = proxy_senders_.find({p_.tasks[a].rank, d});
+    if (it == proxy_senders_.end()) return false;
+    for (int z : it->second) {
+      if (z != a && happens_before(a, z) && through(z)) return true;
+    }
+    return false;
+  }
+
+  // A write whose bytes the proxies carry (into a rank of another node than the writer's).
+  bool proxied(const Access& x) const {
+    return x.write && p_.node_of(x.box->rank) != p_.node_of(p_.tasks[x.task].rank);
+  }
+
   // Conflicting pairs in program order (task order: the lowering emits operations, and the
   // phases inside one, in program order). Per (rank, buffer), accesses are taken in that order
   // against the frontier of earlier ones: each new access is checked against the live accesses it
@@ -753,7 +815,7 @@ class Verifier {
               if (x.task == t || !x.box->overlaps(b) || full()) return;
               if (write && x.write && b.scatter && x.box->scatter && task.op == p_.tasks[x.task].op)
                 return;
-              if (!happens_before(x.task, t)) {
+              if (proxied(x) ? !delivered_before(x.task, b.rank, t) : !happens_before(x.task, t)) {
                 race(x.task, x.write, t, write, b);
                 return;
               }
@@ -773,11 +835,17 @@ class Verifier {
     const char* hazard = !first_writes   ? "write-after-read"
                          : second_writes ? "write-after-write"
                                          : "read-after-write";
+    const bool via_proxy = first_writes && p_.node_of(b.rank) != p_.node_of(p_.tasks[first].rank);
     add("race",
         fmt::format("{} race on {}: {} {} it, then {} {} it, but nothing orders the second after "
-                    "the first (no event or CTA order between them)",
+                    "the first ({})",
                     hazard, box_text(p_, b), name(first), first_writes ? "writes" : "reads",
-                    name(second), second_writes ? "writes" : "reads"),
+                    name(second), second_writes ? "writes" : "reads",
+                    via_proxy
+                        ? fmt::format("the write crosses nodes: it lands only before the "
+                                      "signals to rank {} that its rank's proxy sends after it",
+                                      b.rank)
+                        : "no event or CTA order between them"),
         first, second);
   }
 
@@ -833,7 +901,11 @@ class Verifier {
                           name(t), d, d),
               t);
         }
-        if (!before_finish(t, d)) {
+        // Through the proxies: the data land before the signal, so some task of d must wait for
+        // one of t's signals to d.
+        const bool landed = p_.node_of(d) == p_.node_of(task.rank) ? before_finish(t, d)
+                                                                   : delivered_before_end(t, d);
+        if (!landed) {
           add("launch",
               fmt::format("task {} touches rank {}'s memory, but no task of rank {} waits for "
                           "it: rank {} may finish its launch and start the next under it",
@@ -870,7 +942,9 @@ class Verifier {
   const VerifyOptions& o_;
   Report report_;
   std::vector<std::vector<int>> producers_;  // event -> tasks that signal it
-  std::vector<int> position_, chain_;        // task -> place in its CTA list, its CTA's chain
+  std::vector<std::vector<int>> waiters_;    // event -> tasks that wait for this launch's count
+  std::map<std::pair<int, int>, std::vector<int>> proxy_senders_;  // (rank, rank) -> signallers
+  std::vector<int> position_, chain_;  // task -> place in its CTA list, its CTA's chain
   int64_t chains_ = 0;
   std::vector<uint32_t> clock_;
   std::vector<std::vector<uint32_t>> finished_;  // rank -> what its launch has seen at its end

@@ -25,15 +25,18 @@ struct Compiled {
   std::vector<compiler::CheckedSchedule> checked;
 };
 
-// Parses and checks `file` for world size `ranks`; a diagnostic fails the test (printed).
+// Parses and checks `file` for world size `ranks` (`per_node` ranks per node, 0: one node); a
+// diagnostic fails the test (printed).
 inline std::unique_ptr<Compiled> compile(std::shared_ptr<const dsl::SourceFile> file, int64_t ranks,
-                                         std::map<std::string, int64_t> defines) {
+                                         std::map<std::string, int64_t> defines,
+                                         int64_t per_node = 0) {
   auto c = std::make_unique<Compiled>();
   c->file = std::move(file);
   dsl::Diagnostics diags;
   c->module = dsl::parse(c->file, diags);
   compiler::CheckOptions opts;
   opts.ranks = {ranks};
+  opts.ranks_per_node = per_node;
   opts.defines = std::move(defines);
   if (!diags.has_errors()) c->checked = compiler::check(c->module, opts, diags);
   REQUIRE_MESSAGE(!diags.has_errors(), dsl::render_text(diags.all(), false));
@@ -41,8 +44,10 @@ inline std::unique_ptr<Compiled> compile(std::shared_ptr<const dsl::SourceFile> 
 }
 
 inline std::unique_ptr<Compiled> sample(const std::string& name, int64_t ranks,
-                                        std::map<std::string, int64_t> defines) {
-  return compile(dsl::SourceFile::read("samples/" + name + ".mks"), ranks, std::move(defines));
+                                        std::map<std::string, int64_t> defines,
+                                        int64_t per_node = 0) {
+  return compile(dsl::SourceFile::read("samples/" + name + ".mks"), ranks, std::move(defines),
+                 per_node);
 }
 
 // The samples' device functions on the host.
@@ -77,9 +82,9 @@ inline void compare(const compiler::CheckedSchedule& s, const RankData& got,
 }
 
 // Interprets `plan` over io.launches launches and compares every rank's user tensors, after each
-// launch, with the reference evaluated on the same inputs.
-inline void interpret_and_compare(const compiler::CheckedSchedule& s, const Plan& plan,
-                                  const InterpretOptions& io, const std::string& label) {
+// launch, with the reference evaluated on the same inputs. Returns the interpreter's result.
+inline InterpretResult interpret_and_compare(const compiler::CheckedSchedule& s, const Plan& plan,
+                                             const InterpretOptions& io, const std::string& label) {
   const int64_t R = plan.ranks;
   const InterpretResult res = interpret(plan, io);
   for (int launch = 1; launch <= io.launches; ++launch) {
@@ -98,6 +103,7 @@ inline void interpret_and_compare(const compiler::CheckedSchedule& s, const Plan
               fmt::format("{} launch={} rank={}", label, launch, r));
     }
   }
+  return res;
 }
 
 }  // namespace mkc::plan::testing

@@ -19,14 +19,21 @@ using Defines = std::map<std::string, int64_t>;
 // The sizes of one case, given the world size (dimensions a shape divides by R scale with it).
 using Case = std::function<Defines(int64_t R)>;
 
+// World sizes and ranks per node (0: one node): one node at R = 1, 2, 3, 4 and 8, then several
+// nodes, where every edge between them goes through the proxies (the interpreter delivers their
+// messages late and out of order between channels).
+constexpr std::pair<int64_t, int64_t> kWorlds[] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {8, 0},
+                                                   {2, 1}, {4, 2}, {8, 2}, {8, 4}};
+
 void sweep(const std::string& name, const std::vector<Case>& cases) {
-  for (int64_t R : {1, 2, 3, 4, 8}) {
+  for (const auto& [R, per_node] : kWorlds) {
     for (size_t k = 0; k < cases.size(); ++k) {
       const Defines d = cases[k](R);
       std::string label = fmt::format("{} R={}", name, R);
+      if (per_node > 0) label += fmt::format(" per_node={}", per_node);
       for (const auto& [n, v] : d) label += fmt::format(" {}={}", n, v);
       INFO(label);
-      auto c = testing::sample(name, R, d);
+      auto c = testing::sample(name, R, d, per_node);
       const compiler::CheckedSchedule& s = c->checked[0];
       PassOptions po;
       po.verify = true;
@@ -40,7 +47,17 @@ void sweep(const std::string& name, const std::vector<Case>& cases) {
         io.seed = seed + 10 * k;
         io.fns = testing::host_fns();
         io.inputs = random_inputs(plan, seed + 100 * R);
-        testing::interpret_and_compare(s, plan, io, fmt::format("{} seed={}", label, seed));
+        const InterpretResult res =
+            testing::interpret_and_compare(s, plan, io, fmt::format("{} seed={}", label, seed));
+        // Several nodes: edges between them went through the proxies, and some landed late
+        // (every sample but the plain GEMM communicates).
+        size_t proxied = 0;
+        for (const Task& t : plan.tasks) {
+          for (const Signal& sg : t.signals) proxied += sg.handoff == HandOff::kProxy;
+        }
+        CHECK((proxied > 0) == (per_node > 0 && per_node < R && name != "gemm"));
+        CHECK((res.proxy_messages > 0) == (proxied > 0));
+        if (proxied > 0) CHECK(res.proxy_late > 0);
       }
     }
   }

@@ -7,15 +7,19 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "compiler/check.h"
 #include "compiler/dependencies.h"
 #include "compiler/lower.h"
 #include "compiler/passes.h"
+#include "compiler/pipeline.h"
 #include "compiler/schedule.h"
 #include "compiler/verify_schedule.h"
 #include "dsl/parser.h"
+#include "support/error.h"
 
 namespace mkc::plan {
 namespace {
@@ -27,13 +31,14 @@ struct Compiled {
 };
 
 std::unique_ptr<Compiled> compile(std::shared_ptr<const dsl::SourceFile> file, int64_t ranks,
-                                  std::map<std::string, int64_t> defines) {
+                                  std::map<std::string, int64_t> defines, int64_t per_node = 0) {
   auto c = std::make_unique<Compiled>();
   c->file = file;
   dsl::Diagnostics diags;
   c->module = dsl::parse(file, diags);
   compiler::CheckOptions opts;
   opts.ranks = {ranks};
+  opts.ranks_per_node = per_node;
   opts.defines = std::move(defines);
   if (!diags.has_errors()) c->checked = compiler::check(c->module, opts, diags);
   REQUIRE_MESSAGE(!diags.has_errors(), dsl::render_text(diags.all(), false));
@@ -41,8 +46,9 @@ std::unique_ptr<Compiled> compile(std::shared_ptr<const dsl::SourceFile> file, i
 }
 
 std::unique_ptr<Compiled> sample(const std::string& name, int64_t ranks,
-                                 std::map<std::string, int64_t> defines) {
-  return compile(dsl::SourceFile::read("samples/" + name + ".mks"), ranks, std::move(defines));
+                                 std::map<std::string, int64_t> defines, int64_t per_node = 0) {
+  return compile(dsl::SourceFile::read("samples/" + name + ".mks"), ranks, std::move(defines),
+                 per_node);
 }
 
 std::string dump(const Plan& p) {
@@ -444,6 +450,151 @@ schedule s {
   const auto res = compiler::verify_schedule(file, opts, {});
   CHECK(res.exit_code == 1);
   CHECK(res.errors.find("roles") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace mkc::plan
+
+namespace mkc::plan {
+namespace {
+
+// Across nodes: the writes of a task into another node land only before the signals its rank's
+// proxy sends there after them. A consumer ordered after the writer by another path (an NVLink
+// flag to a rank of the writer's node, whose proxy then signals the consumer on a channel of its
+// own) may read before the data land: the verifier must call that a race, though the consumer
+// happens after the writer.
+TEST_CASE("verifier: across nodes, only the proxy's own signals order the data they follow") {
+  auto c = sample("allgather_gemm", 4, {{"M", 512}, {"N", 256}, {"K", 64}}, 2);
+  PassOptions po;
+  po.verify = true;
+  po.file = c->file.get();
+  Plan p = build_plan(c->checked[0], po);  // verified: no finding across nodes as lowered
+  CHECK(p.ranks_per_node == 2);
+  int proxied = 0;
+  for (const Task& t : p.tasks) {
+    for (const Signal& s : t.signals) {
+      proxied += s.handoff == HandOff::kProxy;
+      // Every signal's hand-off follows from where its two ranks are.
+      const int from = t.rank, to = p.events[s.event].rank;
+      CHECK(s.handoff == (from == to                         ? HandOff::kLocal
+                          : p.node_of(from) == p.node_of(to) ? HandOff::kPeerFlag
+                                                             : HandOff::kProxy));
+    }
+  }
+  CHECK(proxied > 0);
+  CHECK(summary(p).find("through the proxy (2 nodes)") != std::string::npos);
+
+  // A send of rank 0 into rank 2 (node 1), and a tile of rank 2 that reads what it wrote.
+  int t0 = -1, u = -1;
+  for (size_t i = 0; i < p.tasks.size() && t0 < 0; ++i) {
+    const Task& t = p.tasks[i];
+    if (t.kind == TaskKind::kSend && t.rank == 0 && t.writes[0].rank == 2) t0 = static_cast<int>(i);
+  }
+  REQUIRE(t0 >= 0);
+  for (size_t i = 0; i < p.tasks.size() && u < 0; ++i) {
+    const Task& t = p.tasks[i];
+    if (t.kind != TaskKind::kGemmTile || t.rank != 2) continue;
+    if (t.reads[0].overlaps(p.tasks[t0].writes[0])) u = static_cast<int>(i);
+  }
+  REQUIRE(u >= 0);
+  int fence1 = -1;
+  for (size_t i = 0; i < p.tasks.size(); ++i) {
+    if (p.tasks[i].kind == TaskKind::kLaunchFence && p.tasks[i].rank == 1)
+      fence1 = static_cast<int>(i);
+  }
+  REQUIRE(fence1 >= 0);
+  // Reroute: the tile no longer waits for the send's signals; instead the send flags rank 1
+  // (its node, NVLink), and rank 1's fence task, once flagged, signals the tile through rank 1's
+  // proxy. The tile still happens after the send; the data may not have landed.
+  std::set<int> of_t0;
+  for (const Signal& s : p.tasks[t0].signals) of_t0.insert(s.event);
+  auto& waits = p.tasks[u].waits;
+  const size_t before = waits.size();
+  waits.erase(std::remove_if(waits.begin(), waits.end(),
+                             [&](const Wait& w) { return of_t0.count(w.event) > 0; }),
+              waits.end());
+  REQUIRE(waits.size() < before);
+  const int on1 = p.add_event(1, "relay@r1");
+  const int on2 = p.add_event(2, "relay@r2");
+  p.tasks[t0].signals.push_back(Signal{on1, HandOff::kPeerFlag});
+  p.tasks[fence1].waits.push_back(Wait{on1, 1, 0});
+  p.tasks[fence1].signals.push_back(Signal{on2, HandOff::kProxy});
+  waits.push_back(Wait{on2, 1, 0});
+  const Report r = verify(p, Stage::kScheduled, {c->file.get()});
+  INFO(r.text());
+  REQUIRE(has_kind(r, "race"));
+  CHECK(r.text().find("read-after-write race on `A`") != std::string::npos);
+  CHECK(r.text().find("crosses nodes") != std::string::npos);
+
+  // A hand-off that does not match the ranks' places is a finding too.
+  Plan q = build_plan(c->checked[0], po);
+  for (Task& t : q.tasks) {
+    for (Signal& s : t.signals) {
+      if (s.handoff == HandOff::kProxy) s.handoff = HandOff::kPeerFlag;
+    }
+  }
+  const Report rq = verify(q, Stage::kScheduled);
+  CHECK(has_kind(rq, "signal"));
+  CHECK(rq.text().find("as nvlink_flag, but from rank") != std::string::npos);
+
+  // `mkc verify --ranks-per-node`: the plan and the interpreter across nodes, every sample kind
+  // of edge; code generation says plainly that it has no inter-node kernel yet.
+  compiler::CheckOptions opts;
+  opts.ranks = {4};
+  opts.ranks_per_node = 2;
+  opts.defines = {{"M", 512}, {"N", 256}, {"K", 64}};
+  compiler::VerifyScheduleOptions vo;
+  vo.interleavings = 2;
+  const auto file = dsl::SourceFile::read("samples/allgather_gemm.mks");
+  const auto res = compiler::verify_schedule(file, opts, vo);
+  CHECK_MESSAGE(res.exit_code == 0, res.errors);
+  CHECK(res.output.find("2 nodes of 2, edges between them through the proxy") != std::string::npos);
+  CHECK(compiler::compile_file(file, opts, "", /*generate=*/false)->plans.size() == 1);
+  CHECK_THROWS_WITH_AS(compiler::compile_file(file, opts),
+                       doctest::Contains("does not generate kernels with inter-node edges yet"),
+                       UserError);
+}
+
+}  // namespace
+}  // namespace mkc::plan
+
+namespace mkc::plan {
+namespace {
+
+// Across nodes an all-reduce goes hierarchical: only the chunk owners' node sums cross, N (N - 1)
+// sends per chunk instead of one from every rank to every rank of the other nodes.
+TEST_CASE(
+    "lower alone: the all-reduce across 2 nodes of 4 crosses the proxies N (N - 1) times a chunk") {
+  auto c = sample("allreduce", 8, {{"N", 4 * 65536}}, 4);
+  PassOptions po;
+  po.verify = true;
+  po.file = c->file.get();
+  const Plan p = build_plan(c->checked[0], po);
+  REQUIRE(p.decisions.size() == 1);
+  CHECK(p.decisions[0].choice == "hierarchical");
+  int crossing = 0, in_node = 0;
+  for (const Task& t : p.tasks) {
+    if (t.kind != TaskKind::kSend) continue;
+    const bool across = p.node_of(t.writes[0].rank) != p.node_of(t.rank);
+    crossing += across;
+    in_node += !across;
+  }
+  const int chunks = 4, N = 2, L = 4;
+  INFO(dump(p));
+  CHECK(crossing == chunks * N * (N - 1));
+  // In each node: L - 1 sends to the owner, L - 1 results back, per chunk.
+  CHECK(in_node == chunks * N * 2 * (L - 1));
+  // Explicitly one-shot: every rank to every other, across the nodes too.
+  const auto one_shot = std::make_shared<dsl::SourceFile>("one_shot.mks", R"(
+schedule one_shot {
+  ranks R
+  input X : f32[262144] symmetric
+  comm ar = allreduce(X, sum) chunk(65536) algo(one_shot)
+}
+)");
+  auto c1 = compile(one_shot, 8, {}, 4);
+  const Plan q = build_plan(c1->checked[0], po);
+  CHECK(q.decisions[0].choice == "one_shot");
 }
 
 }  // namespace

@@ -392,10 +392,11 @@ class Artefacts {
 };
 
 // Parses and checks `file` through the whole pipeline, printing its diagnostics; null on errors.
+// Without `generate`, it stops at the plans (no kernel source).
 std::unique_ptr<compiler::Compilation> front_end(std::shared_ptr<const dsl::SourceFile> file,
                                                  const Flags& f, std::ostream& err,
-                                                 const Terminal& term) {
-  auto c = compiler::compile_file(std::move(file), f.check, f.defines_text);
+                                                 const Terminal& term, bool generate = true) {
+  auto c = compiler::compile_file(std::move(file), f.check, f.defines_text, generate);
   err << dsl::render_text(c->diagnostics.all(), f.use_color(term));
   if (!c->ok()) return nullptr;
   return c;
@@ -490,7 +491,9 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
   }
   if (f.files.size() != 1) throw UserError("`mkc compile` takes one .mks file");
   const std::string& file = f.files[0];
-  const auto c = front_end(dsl::SourceFile::read(file), f, err, term);
+  // Only the plan asked for: no kernel is generated (a plan across nodes has none yet).
+  const bool plan_only = emit.size() == 1 && emit.count("plan") == 1;
+  const auto c = front_end(dsl::SourceFile::read(file), f, err, term, !plan_only);
   if (c == nullptr) return kExitUserError;
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
@@ -499,10 +502,16 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
   for (size_t k = 0; k < c->checked.size(); ++k) {
     const compiler::CheckedSchedule& s = c->checked[k];
     const plan::Plan& p = c->plans[k];
-    const codegen::Generated& g = c->kernels[k];
     const std::string name = c->checked.size() == 1 ? stem : stem + "." + s.name;
     Artefacts files(out_dir, name);
     if (emit.count("plan")) files.write(".plan.json", dsl::dump_json(plan::to_json(p)) + "\n");
+    if (plan_only) {
+      files.finish();
+      fmt::print(out, "{}: plan for {} rank{}: {}\n", file, s.ranks, s.ranks == 1 ? "" : "s",
+                 plan::summary(p));
+      continue;
+    }
+    const codegen::Generated& g = c->kernels[k];
     if (emit.count("cu")) files.write(".cu", g.source);
     if (emit.count("cubin") == 0 && emit.count("ptx") == 0) {
       files.finish();
