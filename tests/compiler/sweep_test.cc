@@ -200,7 +200,8 @@ TEST_CASE("sweep: ring_attention") {
 
 // Partial last chunks on the paths the samples' sizes do not reach: a two-shot all-reduce (the
 // chunk's owner is c mod R, so the partial chunk has one owner that reduces and broadcasts it), a
-// 2-D chunk cutting both dimensions of an in-place one-shot all-reduce, and a shift.
+// 2-D chunk cutting both dimensions of an in-place one-shot all-reduce, a shift, and on several
+// nodes the hierarchical all-reduce that algo(auto) picks there.
 TEST_CASE("sweep: partial last chunks") {
   const auto file = std::make_shared<dsl::SourceFile>("chunks.mks", R"(
 schedule chunks {
@@ -211,15 +212,19 @@ schedule chunks {
   input   Z : f32[M, W] symmetric
   input   S : f32[M, W]
   output  T : f32[M, W] symmetric
-  comm two = allreduce(X, sum -> Y) chunk(1000) algo(two_shot)
-  comm one = allreduce(Z, max) chunk(16, 4) algo(one_shot)
-  comm sh  = shift(S -> T, by = 1) chunk(10, 7)
+  input   H : f32[M, W] symmetric
+  comm two  = allreduce(X, sum -> Y) chunk(1000) algo(two_shot)
+  comm one  = allreduce(Z, max) chunk(16, 4) algo(one_shot)
+  comm sh   = shift(S -> T, by = 1) chunk(10, 7)
+  comm hier = allreduce(H, sum) chunk(16, 4)
 }
 )");
-  for (int64_t R : {1, 2, 3, 4}) {
+  for (const auto& [R, per_node] : kWorlds) {
     for (const Defines& d :
          {Defines{{"N", 4500}, {"M", 37}, {"W", 11}}, Defines{{"N", 999}, {"M", 1}, {"W", 3}}}) {
-      auto c = testing::compile(file, R, d);
+      const std::string label = fmt::format("chunks R={} per_node={} N={}", R, per_node, d.at("N"));
+      INFO(label);
+      auto c = testing::compile(file, R, d, per_node);
       PassOptions po;
       po.verify = true;
       po.sms = 6;
@@ -230,8 +235,11 @@ schedule chunks {
         io.seed = seed;
         io.inputs = random_inputs(plan, seed + 100 * R);
         testing::interpret_and_compare(c->checked[0], plan, io,
-                                       fmt::format("chunks R={} N={} seed={}", R, d.at("N"), seed));
+                                       fmt::format("{} seed={}", label, seed));
       }
+      bool hierarchical = false;
+      for (const Decision& dec : plan.decisions) hierarchical |= dec.choice == "hierarchical";
+      CHECK(hierarchical == (per_node > 1 && per_node < R));
     }
   }
 }
