@@ -13,6 +13,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/program.h"
@@ -20,6 +21,13 @@
 #include "dsl/diagnostics.h"
 
 namespace mkc::compiler {
+
+// What checking proves of every schedule it accepts, before anything is unrolled, so that no
+// input makes checking (or what follows it) slow: each loop runs at most kMaxLoopIterations
+// iterations in all (a nested loop once per iteration of the loops around it), and a schedule
+// unrolls to at most kMaxOpInstances operation instances, those `when` switches off included.
+inline constexpr int64_t kMaxLoopIterations = 4096;
+inline constexpr int64_t kMaxOpInstances = 4096;
 
 struct CheckOptions {
   // World sizes to check; empty: {1, 2, 4, 8}.
@@ -31,6 +39,12 @@ struct CheckOptions {
   // Multiprocessors of the target GPU: role counts must fit (one persistent CTA per SM).
   int64_t sms = 132;
 };
+
+// Adds the override `text` (what follows -D: "NAME=VALUE") to `options`. VALUE is an integer as
+// the language writes it (4096, 4_096, 0x1000; dsl::parse_integer_value). Throws UserError, with
+// the text and the reason, when it is not NAME=VALUE, when VALUE is not such an integer or does
+// not fit 64 bits, and when NAME is set already: a repeated -D is a mistake, not "last wins".
+void add_define(std::string_view text, CheckOptions* options);
 
 // Checks every schedule of `module`; returns them checked for the last world size tried (empty
 // when there were errors). Diagnostics go to `diags`.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "compiler/expr_eval.h"
 #include "support/check.h"
 
 namespace mkc::compiler {
@@ -111,50 +112,32 @@ int64_t Tensor::elements() const {
 }
 
 int64_t evaluate(const dsl::Expr& e, int64_t rank, const CheckedSchedule& s) {
-  switch (e.kind) {
-    case dsl::Expr::Kind::kInt:
-      return e.int_value;
-    case dsl::Expr::Kind::kFloat:
-      return static_cast<int64_t>(e.float_value);
-    case dsl::Expr::Kind::kName: {
-      if (e.name == "rank") return rank;
-      auto it = s.params.find(e.name);
-      if (it != s.params.end()) return it->second;
-      if (s.ast && s.ast->ranks && e.name == s.ast->ranks->name) return s.ranks;
-      if (s.ast && s.ast->ranks && e.name == s.ast->ranks->per_node) return s.ranks_per_node;
+  // After checking, every name has a value and no arithmetic fails: a failure here is a bug.
+  class Scope final : public ExprScope {
+   public:
+    Scope(int64_t rank, const CheckedSchedule& s) : rank_(rank), s_(s) {}
+    std::optional<int64_t> value_of(const dsl::Expr& e) override {
+      if (e.name == "rank") return rank_;
+      auto it = s_.params.find(e.name);
+      if (it != s_.params.end()) return it->second;
+      if (s_.ast && s_.ast->ranks && e.name == s_.ast->ranks->name) return s_.ranks;
+      if (s_.ast && s_.ast->ranks && e.name == s_.ast->ranks->per_node) return s_.ranks_per_node;
       MKC_CHECK(false, "name `{}` survived checking but has no value", e.name);
-      return 0;
+      return std::nullopt;
     }
-    case dsl::Expr::Kind::kUnary: {
-      const int64_t v = evaluate(e.args[0], rank, s);
-      return e.op == "!" ? (v == 0) : -v;
+    void failed(const dsl::Expr&, EvalFailure f, int64_t a, int64_t b) override {
+      MKC_CHECK(false, "an expression survived checking but fails ({}, operands {} and {})",
+                static_cast<int>(f), a, b);
     }
-    case dsl::Expr::Kind::kCall: {
-      const int64_t a = evaluate(e.args[0], rank, s), b = evaluate(e.args[1], rank, s);
-      if (e.name == "min") return std::min(a, b);
-      if (e.name == "max") return std::max(a, b);
-      return (a + b - 1) / b;
-    }
-    case dsl::Expr::Kind::kBinary: {
-      const int64_t a = evaluate(e.args[0], rank, s), b = evaluate(e.args[1], rank, s);
-      const std::string& op = e.op;
-      if (op == "+") return a + b;
-      if (op == "-") return a - b;
-      if (op == "*") return a * b;
-      if (op == "/") return a / b;
-      if (op == "%") return ((a % b) + b) % b;
-      if (op == "<") return a < b;
-      if (op == "<=") return a <= b;
-      if (op == ">") return a > b;
-      if (op == ">=") return a >= b;
-      if (op == "==") return a == b;
-      if (op == "!=") return a != b;
-      if (op == "&&") return a && b;
-      return a || b;
-    }
-  }
-  MKC_CHECK(false, "unhandled expression kind");
-  return 0;
+
+   private:
+    int64_t rank_;
+    const CheckedSchedule& s_;
+  };
+  Scope scope(rank, s);
+  const std::optional<int64_t> v = compiler::evaluate(e, scope);
+  MKC_CHECK(v.has_value(), "an expression survived checking but has no value");
+  return *v;
 }
 
 }  // namespace mkc::compiler

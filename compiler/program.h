@@ -127,6 +127,13 @@ struct DeviceFunction {
   dsl::Span body_span;
 };
 
+// Work the checker's dependency rules did, in steps (compiler/check_deps.cc): tests hold them to
+// near-linear in the instances, their accesses and their waits.
+struct CheckWork {
+  uint64_t named = 0;  // instances looked at to resolve `after` references
+  uint64_t races = 0;  // trie nodes, waits and closure words visited by the race check
+};
+
 struct CheckedSchedule {
   std::string name;
   int64_t ranks = 1;           // world size R it was checked for
@@ -137,10 +144,12 @@ struct CheckedSchedule {
   std::vector<OpInstance> ops;
   std::map<std::string, int64_t> roles;
   const dsl::Schedule* ast = nullptr;
+  CheckWork work;
 };
 
 // Evaluates an expression that survived checking for one rank (`rank` = that rank): params, the
-// world-size names and integer arithmetic. Peer indices are taken modulo the world size by the
+// world-size names and integer arithmetic, by the checker's own evaluator (compiler/expr_eval.h),
+// so the values are the ones the checker saw. Peer indices are taken modulo the world size by the
 // caller.
 int64_t evaluate(const dsl::Expr& e, int64_t rank, const CheckedSchedule& s);
 

@@ -27,6 +27,9 @@ struct Expr {
   };
   Kind kind = Kind::kInt;
   Span span;
+  // Nodes on the longest path from here to a leaf (1 for a leaf). The parser keeps it at most
+  // kMaxExprHeight (dsl/parser.h), which bounds every recursive walk over an expression.
+  int height = 1;
   int64_t int_value = 0;
   double float_value = 0;
   std::string name;

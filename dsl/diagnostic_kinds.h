@@ -22,7 +22,7 @@
   X(kBadArgument, "bad-argument", "an operation given the wrong number or kind of arguments")    \
   X(kDtypeMismatch, "dtype-mismatch", "element types that do not fit the operation")             \
   X(kShapeMismatch, "shape-mismatch", "shapes that do not fit the operation")                    \
-  X(kTileDivisibility, "tile-divisibility", "a tile or chunk size that does not fit the shape")  \
+  X(kTileDivisibility, "tile-divisibility", "a GEMM tile off the tensor cores' grid")            \
   X(kNotSymmetric, "not-symmetric", "a peer writes into a tensor that is not symmetric")         \
   X(kUnproducedDependency, "unproduced-dependency",                                              \
     "`after` names tiles or chunks nothing "                                                     \
@@ -38,7 +38,8 @@
   X(kRankDependent, "rank-dependent", "`rank` used where a value must be the same on all ranks") \
   X(kRoleLimit, "role-limit", "CTA role counts a GPU cannot hold")                               \
   X(kUnknownParam, "unknown-param", "a -D override naming no parameter")                         \
-  X(kDeviceFunction, "device-function", "a device function whose signature mkc cannot use")
+  X(kDeviceFunction, "device-function",                                                          \
+    "a device function mkc cannot compile: signature, name or body")
 
 namespace mkc::dsl {
 

@@ -120,39 +120,76 @@ Token Lexer::lex_number() {
   Token t;
   t.span = {start, pos_};
   t.text = text_.substr(start, pos_ - start);
-  std::string digits;
-  for (char c : t.text) {
-    if (c != '_') digits += c;
-  }
-  const bool hex = digits.size() > 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X');
-  if (!is_float && !hex) {
-    for (char c : digits) {
-      if (c == 'e' || c == 'E') is_float = true;
-    }
-  }
-  errno = 0;
-  char* end = nullptr;
+  const bool hex = t.text.size() > 2 && t.text[0] == '0' && (t.text[1] == 'x' || t.text[1] == 'X');
+  if (!is_float && !hex) is_float = t.text.find_first_of("eE") != std::string_view::npos;
+  IntLiteral status = IntLiteral::kOk;
   if (is_float) {
     t.kind = Tok::kFloat;
+    std::string digits;
+    for (char c : t.text) {
+      if (c != '_') digits += c;
+    }
+    errno = 0;
+    char* end = nullptr;
     t.float_value = std::strtod(digits.c_str(), &end);
+    if (errno == ERANGE) status = IntLiteral::kOutOfRange;
+    if (end == nullptr || *end != '\0' || t.text.back() == '_') status = IntLiteral::kMalformed;
   } else {
     t.kind = Tok::kInt;
-    const unsigned long long v = std::strtoull(digits.c_str(), &end, hex ? 16 : 10);
-    if (errno == 0 && v > static_cast<unsigned long long>(std::numeric_limits<int64_t>::max()))
-      errno = ERANGE;
-    t.int_value = static_cast<int64_t>(v);
+    status = parse_int_literal(t.text, &t.int_value);
   }
-  if (end == nullptr || *end != '\0' || errno == ERANGE || digits.back() == '_') {
+  if (status != IntLiteral::kOk) {
+    const bool range = status == IntLiteral::kOutOfRange;
     diags_
         .error(DiagKind::kInvalidNumber, file_, t.span,
-               errno == ERANGE ? fmt::format("number `{}` is out of range", t.text)
-                               : fmt::format("malformed number `{}`", t.text))
-        .set_hint(errno == ERANGE ? "integers must fit in 64 bits (at most 9223372036854775807)"
-                                  : "write integers as 4096, 4_096 or 0x1000, decimals as 0.125");
+               range ? fmt::format("number `{}` is out of range", t.text)
+                     : fmt::format("malformed number `{}`", t.text))
+        .set_hint(range ? "integers must fit in 64 bits (at most 9223372036854775807)"
+                        : "write integers as 4096, 4_096 or 0x1000, decimals as 0.125");
     t.int_value = 1;  // A harmless value so checking can go on.
     t.float_value = 1;
   }
   return t;
+}
+
+IntLiteral parse_int_literal(std::string_view text, int64_t* value) {
+  *value = 0;
+  // Digits (and `_` between them) only: no sign, no space, no trailing separator.
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) || text.back() == '_')
+    return IntLiteral::kMalformed;
+  std::string digits;
+  for (char c : text) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return IntLiteral::kMalformed;
+    if (c != '_') digits += c;
+  }
+  const bool hex = digits.size() > 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X');
+  // strtoull would accept a sign after the 0x; the text has none, but its digits must follow.
+  if (hex && !std::isxdigit(static_cast<unsigned char>(digits[2]))) return IntLiteral::kMalformed;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(digits.c_str(), &end, hex ? 16 : 10);
+  if (end == nullptr || *end != '\0') return IntLiteral::kMalformed;
+  if (errno == ERANGE || v > static_cast<unsigned long long>(std::numeric_limits<int64_t>::max()))
+    return IntLiteral::kOutOfRange;
+  *value = static_cast<int64_t>(v);
+  return IntLiteral::kOk;
+}
+
+std::optional<int64_t> parse_integer_value(std::string_view text, std::string* error) {
+  const bool negative = !text.empty() && text[0] == '-';
+  const std::string_view literal = negative ? text.substr(1) : text;
+  int64_t v = 0;
+  switch (parse_int_literal(literal, &v)) {
+    case IntLiteral::kOk:
+      return negative ? -v : v;
+    case IntLiteral::kOutOfRange:
+      *error = fmt::format("`{}` is out of range: integers must fit in 64 bits", text);
+      return std::nullopt;
+    case IntLiteral::kMalformed:
+      break;
+  }
+  *error = fmt::format("`{}` is not an integer (write 4096, 4_096 or 0x1000)", text);
+  return std::nullopt;
 }
 
 Token Lexer::next() {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -80,6 +81,16 @@ struct Token {
   int64_t int_value = 0;
   double float_value = 0;
 };
+
+// An integer literal as the language writes it: decimal digits with `_` separators (4_096) or
+// hexadecimal after 0x (0x1000), fitting a signed 64-bit integer. The lexer reads integers with
+// it, and so does parse_integer_value().
+enum class IntLiteral { kOk, kMalformed, kOutOfRange };
+IntLiteral parse_int_literal(std::string_view text, int64_t* value);
+
+// The VALUE of a `-D NAME=VALUE` override: an integer literal of the language, optionally after a
+// `-`. On failure, nullopt, with `error` saying why ("`abc` is not an integer (...)").
+std::optional<int64_t> parse_integer_value(std::string_view text, std::string* error);
 
 class Lexer {
  public:

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "dsl/lexer.h"
 #include "dsl/suggest.h"
 
@@ -537,8 +539,10 @@ class Parser {
       e.kind = Expr::Kind::kBinary;
       e.op = std::string(op.text);
       e.span = Span::merge(lhs.span, rhs.span);
+      e.height = 1 + std::max(lhs.height, rhs.height);
       e.args.push_back(std::move(lhs));
       e.args.push_back(std::move(rhs));
+      if (e.height > kMaxExprHeight) return too_tall(op.span);
       lhs = std::move(e);
     }
   }
@@ -551,6 +555,28 @@ class Parser {
     return e;
   }
 
+  // Skips the rest of an expression that is too deep, without recursing, once its error is out.
+  Expr skip_deep_expr() {
+    recovering_ = true;
+    while (cur_.kind != Tok::kEof && !is_item_start(cur_.kind) && cur_.kind != Tok::kRBrace)
+      advance();
+    return error_expr(cur_.span);
+  }
+
+  // An expression taller than kMaxExprHeight, found at `at` (the operator that made it so).
+  Expr too_tall(Span at) {
+    if (!deep_reported_) {
+      deep_reported_ = true;
+      diags_
+          .error(DiagKind::kNestingTooDeep, file_, at,
+                 fmt::format("expression more than {} operators deep", kMaxExprHeight))
+          .set_hint(
+              "each operator of a chain like `a + b + c` is one level; split a long sum or "
+              "product over several `param`s");
+    }
+    return skip_deep_expr();
+  }
+
   Expr parse_unary(int depth) {
     if (depth > kMaxExprDepth) {
       if (!deep_reported_) {
@@ -560,11 +586,7 @@ class Parser {
                    fmt::format("expression nested more than {} deep", kMaxExprDepth))
             .set_hint("split it with a `param`");
       }
-      recovering_ = true;
-      // Skip the rest of this expression's tokens without recursing.
-      while (cur_.kind != Tok::kEof && !is_item_start(cur_.kind) && cur_.kind != Tok::kRBrace)
-        advance();
-      return error_expr(cur_.span);
+      return skip_deep_expr();
     }
     if (cur_.kind == Tok::kMinus || cur_.kind == Tok::kNot) {
       const Token op = cur_;
@@ -574,7 +596,9 @@ class Parser {
       e.kind = Expr::Kind::kUnary;
       e.op = std::string(op.text);
       e.span = Span::merge(op.span, operand.span);
+      e.height = 1 + operand.height;
       e.args.push_back(std::move(operand));
+      if (e.height > kMaxExprHeight) return too_tall(op.span);
       return e;
     }
     return parse_primary(depth);
@@ -596,10 +620,12 @@ class Parser {
     if (cur_.kind != Tok::kRParen) {
       do {
         e.args.push_back(parse_binary(1, depth + 1));
+        e.height = std::max(e.height, 1 + e.args.back().height);
       } while (accept(Tok::kComma));
     }
     expect(Tok::kRParen, "to close the call");
     e.span = {name.span.begin, prev_end_};
+    if (e.height > kMaxExprHeight) return too_tall(name.span);
     return e;
   }
 

@@ -1,10 +1,11 @@
 #include "runtime/capi.h"
 
-#include <fmt/format.h>
-
 #include <cstring>
+#include <map>
 #include <sstream>
+#include <string>
 
+#include "compiler/check.h"
 #include "runtime/api.h"
 #include "support/error.h"
 
@@ -37,29 +38,16 @@ int guarded(char* err, int err_len, F&& fn) {
   }
 }
 
+// "NAME=VALUE,NAME=VALUE": each item read as `mkc -D` reads one (compiler::add_define: the
+// language's integer rules, each name once).
 std::map<std::string, int64_t> parse_defines(const char* text) {
-  std::map<std::string, int64_t> out;
-  if (text == nullptr) return out;
+  mkc::compiler::CheckOptions options;
+  if (text == nullptr) return options.defines;
   std::stringstream ss(text);
   for (std::string item; std::getline(ss, item, ',');) {
-    if (item.empty()) continue;
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw mkc::UserError(fmt::format("define `{}`: expected NAME=VALUE", item));
-    size_t used = 0;
-    const std::string value = item.substr(eq + 1);
-    int64_t v = 0;
-    try {
-      v = std::stoll(value, &used, 0);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != value.size() || value.empty())
-      throw mkc::UserError(fmt::format("define `{}`: `{}` is not an integer", item, value));
-    if (!out.emplace(item.substr(0, eq), v).second)
-      throw mkc::UserError(fmt::format("define `{}` given twice", item.substr(0, eq)));
+    if (!item.empty()) mkc::compiler::add_define(item, &options);
   }
-  return out;
+  return options.defines;
 }
 
 }  // namespace

@@ -21,8 +21,9 @@ extern "C" {
 
 typedef struct mkc_kernel mkc_kernel;
 
-/* Compiles the schedule in `path` with `defines` ("NAME=VALUE,NAME=VALUE", may be empty or null)
- * for `ranks` ranks in this process (0: one per GPU; ranks may share GPUs). */
+/* Compiles the schedule in `path` with `defines` ("NAME=VALUE,NAME=VALUE", may be empty or null;
+ * each item as `mkc -D` takes it) for `ranks` ranks in this process (0: one per GPU; ranks may
+ * share GPUs). */
 int mkc_compile_file(const char* path, const char* defines, int ranks, mkc_kernel** out, char* err,
                      int err_len);
 /* Rank `rank`'s tensor `name` at the caller's device memory `data` from the next launch on. */

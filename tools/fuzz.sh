@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the .mks parser/checker fuzz target with clang 14 + libFuzzer (ASan and UBSan on) and runs
-# it for SECONDS (default 60), seeded with the samples and golden files. Exit 0: no crash, leak,
-# hang (5 s per input) or sanitizer report. A failing input is left in out/fuzz/.
+# it for SECONDS (default 60), seeded with the samples, the golden files and tests/fuzz/corpus (the
+# extreme inputs: long chains, deep nests, huge loop ranges). Exit 0: no crash, leak, hang (5 s
+# per input) or sanitizer report. A failing input is left in out/fuzz/.
 # Usage: tools/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -10,11 +11,11 @@ cxx=$(command -v clang++-14 || command -v clang++ || true)
 [[ -n "$cxx" ]] || { echo "fuzz: clang++-14 not found (tools/setup.sh installs it)" >&2; exit 2; }
 out=out/fuzz
 mkdir -p "$out/corpus"
-srcs=(tests/fuzz/parse_fuzzer.cc dsl/*.cc compiler/check.cc compiler/program.cc support/error.cc)
+srcs=(tests/fuzz/parse_fuzzer.cc dsl/*.cc compiler/check*.cc compiler/device_code.cc compiler/expr_eval.cc compiler/program.cc support/error.cc)
 echo "fuzz: building with $cxx"
 "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -DFMT_HEADER_ONLY=1 -I. "${srcs[@]}" -o "$out/parse_fuzzer"
-cp samples/*.mks tests/dsl/golden/*.mks "$out/corpus/"
+cp samples/*.mks tests/dsl/golden/*.mks tests/fuzz/corpus/*.mks "$out/corpus/"
 echo "fuzz: running for ${seconds}s"
 cd "$out"
 ASAN_OPTIONS=detect_leaks=1 ./parse_fuzzer -max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 \

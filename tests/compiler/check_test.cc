@@ -3,11 +3,17 @@
 #include "compiler/check.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
+#include <chrono>
 #include <filesystem>
+#include <map>
 #include <string>
 
+#include "compiler/device_code.h"
+#include "compiler/expr_eval.h"
 #include "dsl/parser.h"
+#include "support/error.h"
 
 namespace mkc::compiler {
 namespace {
@@ -181,6 +187,441 @@ TEST_CASE("peer indices are taken modulo R and may not divide by zero on any ran
     input X : f32[64] symmetric
     comm p = put(X -> peer(4 / rank).X) })");
   CHECK(bad.errors.find("[division-by-zero]") != std::string::npos);
+}
+
+TEST_CASE("the language's arithmetic: % is never negative, cdiv rounds up, overflow is reported") {
+  CHECK(apply_binary("%", -7, 3).value == 2);
+  CHECK(apply_binary("%", 7, -3).value == 1);
+  CHECK(apply_binary("%", -7, -3).value == 2);
+  CHECK(apply_binary("/", -7, 2).value == -3);
+  CHECK(apply_call("cdiv", 7, 2).value == 4);
+  CHECK(apply_call("cdiv", -7, 2).value == -3);
+  CHECK(apply_call("cdiv", -4, 2).value == -2);
+  CHECK(apply_call("cdiv", -7, -2).value == 4);
+  CHECK(apply_binary("/", INT64_MIN, -1).failure == EvalFailure::kOverflow);
+  CHECK(apply_binary("%", INT64_MIN, -1).failure == EvalFailure::kOverflow);
+  CHECK(apply_binary("*", INT64_MAX, 2).failure == EvalFailure::kOverflow);
+  CHECK(apply_binary("/", 1, 0).failure == EvalFailure::kDivisionByZero);
+  CHECK(apply_binary("/", 7, 2, true).failure == EvalFailure::kInexactDivision);
+  CHECK(apply_unary("-", INT64_MIN).failure == EvalFailure::kOverflow);
+  CHECK(apply_unary("!", 5).value == 0);
+}
+
+TEST_CASE("compiler::evaluate gives the values the checker saw, negative divisors included") {
+  // One evaluator for both: before, compiler::evaluate had its own `%` and cdiv, which disagreed
+  // with the checker's for negative operands (here -3 instead of -1 for rank 0).
+  CheckOptions opts;
+  opts.ranks = {2};
+  const Checked c = check_text(R"(schedule s { ranks R
+    input X : f32[64] symmetric
+    comm p = put(X -> peer(cdiv(rank - 4, 2) + 7 % (rank - 3)).X) })",
+                               opts);
+  REQUIRE_MESSAGE(c.errors.empty(), c.errors);
+  const CheckedSchedule& s = c.schedules[0];
+  const dsl::Expr& peer = s.ops[0].outputs[0].peer;
+  CHECK(evaluate(peer, 0, s) == -1);
+  CHECK(evaluate(peer, 1, s) == 0);
+}
+
+// Checks `text` and returns how long it took, in milliseconds.
+double timed_check(const std::string& text, Checked* out, CheckOptions opts = {}) {
+  const auto t0 = std::chrono::steady_clock::now();
+  *out = check_text(text, opts);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST_CASE("front end issue: a chain of 20,000 operators is a located error, not a stack overflow") {
+  std::string text = "schedule s {\n  param M = 1";
+  for (int i = 0; i < 20000; ++i) text += " + 0";
+  Checked c;
+  const double ms = timed_check(text + "\n}\n", &c);
+  CHECK(c.errors.find("t.mks:2:4107: error: expression more than 1024 operators deep "
+                      "[nesting-too-deep]") != std::string::npos);
+  CHECK(ms < 1000);
+  // An ordinary long sum is fine, and evaluates.
+  std::string sum = "schedule s { param M = 1";
+  for (int i = 0; i < 199; ++i) sum += " + 1";
+  const Checked ok = check_text(sum + "\n input X : f32[M] }");
+  REQUIRE_MESSAGE(ok.errors.empty(), ok.errors);
+  CHECK(ok.schedules[0].params.at("M") == 200);
+}
+
+TEST_CASE("front end issue: arithmetic on the most negative integer is an error, not a crash") {
+  // cdiv(INT64_MIN, -1) died with SIGFPE.
+  const Checked c = check_text("schedule s { param M = cdiv(-9223372036854775807 - 1, -1) }");
+  CHECK(c.errors.find("`cdiv(-9223372036854775807 - 1, -1)` = cdiv(-9223372036854775808, -1) "
+                      "overflows 64 bits [overflow]") != std::string::npos);
+  const Checked d = check_text("schedule s { param M = (-9223372036854775807 - 1) / -1 }");
+  CHECK(d.errors.find("[overflow]") != std::string::npos);
+  const Checked n = check_text("schedule s { param M = -(-9223372036854775807 - 1) }");
+  CHECK(n.errors.find("negation overflows 64 bits [overflow]") != std::string::npos);
+  // `%` by the most negative integer is defined: |b| does not fit, the result does.
+  CHECK(apply_binary("%", -5, INT64_MIN).value == INT64_MAX - 4);
+  CHECK(apply_call("cdiv", INT64_MIN, -1).failure == EvalFailure::kOverflow);
+  CHECK(apply_call("cdiv", INT64_MIN, 1).value == INT64_MIN);
+  // allgather's result rows overflowed silently: the operation vanished without an error.
+  CheckOptions opts;
+  opts.ranks = {8};
+  const Checked g = check_text(R"(schedule s { ranks R
+    input  X : fp8_e4m3[2305843009213693952] symmetric
+    output Y : fp8_e4m3[16] symmetric
+    comm a = allgather(X -> Y) })",
+                               opts);
+  CHECK(g.errors.find("overflows 64 bits [overflow]") != std::string::npos);
+}
+
+TEST_CASE("front end issue: a loop whose length overflows is rejected, not unrolled forever") {
+  Checked c;
+  const double ms = timed_check(R"(schedule s {
+  input X : f32[4] symmetric
+  loop i in -9223372036854775807 .. 1 { comm a = allreduce(X, sum) }
+})",
+                                &c);
+  CHECK(c.errors.find("t.mks:3:3: error: loop `i` runs 9223372036854775808 iterations; at most "
+                      "4096 are allowed [param-range]") != std::string::npos);
+  CHECK(ms < 1000);
+}
+
+TEST_CASE("front end issue: nested loops are counted before they are expanded") {
+  // Three nested loops of 1,000 took ten minutes to be rejected.
+  Checked c;
+  const double ms = timed_check(R"(schedule s {
+  input X : f32[4] symmetric
+  loop i in 0 .. 1000 {
+    loop j in 0 .. 1000 {
+      loop k in 0 .. 1000 { comm a = allreduce(X, sum) }
+    }
+  }
+})",
+                                &c);
+  CHECK(c.errors.find("t.mks:4:5: error: loop `j` runs 1000000 iterations in all inside loop `i` "
+                      "(1000 iterations); at most 4096 loop iterations are allowed "
+                      "[param-range]") != std::string::npos);
+  CHECK(c.errors.find("t.mks:3:3: note: loop `i` is here") != std::string::npos);
+  CHECK(ms < 1000);
+  // Bounds that use an outer loop's variable are counted per iteration, exactly: 64 triangles
+  // of 2,016 iterations in all fit.
+  const Checked tri = check_text(R"(schedule s {
+  input X : f32[64, 64] symmetric
+  loop i in 0 .. 64 {
+    loop j in 0 .. i { comm a = allreduce(X[j], sum) when(i == 63) after a[j - 1] }
+  }
+})");
+  CHECK_MESSAGE(tri.errors.empty(), tri.errors);
+  // And loops without operations count too: empty nests cost time to walk.
+  Checked empty;
+  const double empty_ms = timed_check(R"(schedule s {
+  loop i in 0 .. 100000 { loop j in 0 .. 100000 { loop k in 0 .. 100000 { } } }
+})",
+                                      &empty);
+  CHECK(empty.errors.find("loop `i` runs 100000 iterations; at most 4096 are allowed") !=
+        std::string::npos);
+  CHECK(empty_ms < 1000);
+  // Inside an empty loop every loop is checked once, however long.
+  Checked dead;
+  const double dead_ms = timed_check(R"(schedule s {
+  input X : f32[4] symmetric
+  loop i in 0 .. 0 { loop j in 0 .. 4000 { loop k in 0 .. 4000 { comm a = allreduce(X, sum) } } }
+})",
+                                     &dead);
+  CHECK_MESSAGE(dead.errors.empty(), dead.errors);
+  CHECK(dead_ms < 1000);
+}
+
+TEST_CASE("front end issue: device functions cannot include files or take reserved names") {
+  const Checked inc = check_text(R"(schedule s {
+  device leak(x: f32) -> f32 {
+#include "/etc/passwd"
+    return x;
+  }
+})");
+  CHECK(inc.errors.find("t.mks:3:1: error: the body of device function `leak` holds a "
+                        "preprocessor directive [device-function]") != std::string::npos);
+  for (const char* name : {"float", "return", "main", "mkc", "mkc_fn_x", "threadIdx", "expf",
+                           "__half", "f32", "bf16", "int4", "kTasks"}) {
+    const Checked c =
+        check_text(fmt::format("schedule s {{ device {}(x: f32) -> f32 {{ return x; }} }}", name));
+    CHECK_MESSAGE(
+        c.errors.find(fmt::format("`{}` cannot name a device function", name)) != std::string::npos,
+        name);
+  }
+  const Checked param = check_text("schedule s { device f(int: f32) -> f32 { return 1.0f; } }");
+  CHECK(param.errors.find("`int` cannot name a parameter of `f`: it is a C++ keyword") !=
+        std::string::npos);
+  const Checked fine = check_text(R"(schedule s {
+  device gelu(x: f32) -> f32 {
+    // a `#` in a comment, "# in a string" and x#y are not directives
+    return 0.5f * x * (1.0f + tanhf(0.7978845608f * x)); /* # */
+  }
+})");
+  CHECK_MESSAGE(fine.errors.empty(), fine.errors);
+}
+
+TEST_CASE("preprocessor directives are found however they are spelled") {
+  CHECK(find_preprocessor_directive("return x;") == std::nullopt);
+  CHECK(find_preprocessor_directive("#include <x>") == 0u);
+  CHECK(find_preprocessor_directive("  return x;\n  #define X 1\n") == 14u);
+  CHECK(find_preprocessor_directive("x;\n/* a */ /* b\n */ #pragma once") == 20u);
+  CHECK(find_preprocessor_directive("x;\n%:include <x>") == 3u);
+  // A trigraph (split so this file has none).
+  CHECK(find_preprocessor_directive("x;\n?\?=include <x>") == 3u);
+  CHECK(find_preprocessor_directive("x;\n\\\n#include <x>") == 5u);
+  CHECK(find_preprocessor_directive("x;\n#\\\ninclude <x>") == 3u);
+  CHECK(find_preprocessor_directive("return _Pragma(\"once\") x;") == 7u);
+  CHECK(find_preprocessor_directive("return my_Pragma + _Pragmatic;") == std::nullopt);
+  CHECK(find_preprocessor_directive("x; // #include <x>\n") == std::nullopt);
+  CHECK(find_preprocessor_directive("x = a // \\\n#include <x>\n") == std::nullopt);
+  CHECK(reserved_device_name("gelu") == nullptr);
+  CHECK(reserved_device_name("silu_") == nullptr);
+}
+
+TEST_CASE("-D values follow the language's integer rules, and a repeated -D is an error") {
+  CheckOptions opts;
+  add_define("M=0x10", &opts);
+  add_define("N=4_096", &opts);
+  CHECK(opts.defines.at("M") == 16);
+  CHECK(opts.defines.at("N") == 4096);
+  const auto message = [&](const char* text) {
+    try {
+      add_define(text, &opts);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message("M=32") == "-D M=32: `M` is already set (-D M=16); give each parameter once");
+  CHECK(message("K=abc") == "-D K=abc: `abc` is not an integer (write 4096, 4_096 or 0x1000)");
+  CHECK(message("K=99999999999999999999") ==
+        "-D K=99999999999999999999: `99999999999999999999` is out of range: integers must fit "
+        "in 64 bits");
+  CHECK(message("K") == "-D K: expected -D NAME=VALUE, e.g. -D M=4096");
+  CHECK(message("=4") == "-D =4: expected -D NAME=VALUE, e.g. -D M=4096");
+  CHECK(message("1K=4") == "-D 1K=4: `1K` is not a parameter name");
+  CHECK(opts.defines.size() == 2);
+  // The values reach the checker.
+  const Checked c = check_file("samples/allreduce.mks", opts);
+  CHECK(c.errors.find("-D M=16: schedule `allreduce` has no parameter `M`") != std::string::npos);
+}
+
+TEST_CASE("a peer index that uses a loop variable is kept with the variable's value") {
+  // compiler::evaluate saw `i` after unrolling and stopped with an internal error.
+  CheckOptions opts;
+  opts.ranks = {2};
+  const Checked c = check_text(R"(schedule s { ranks R
+    input  X : f32[64] symmetric
+    output Y : f32[4, 64] symmetric
+    loop i in 0 .. 4 { comm p = put(X -> peer(rank + i).Y[i]) } })",
+                               opts);
+  REQUIRE_MESSAGE(c.errors.empty(), c.errors);
+  const CheckedSchedule& s = c.schedules[0];
+  REQUIRE(s.ops.size() == 4);
+  CHECK(evaluate(s.ops[3].outputs[0].peer, 1, s) == 4);
+}
+
+TEST_CASE("chunks need not divide the tensor: the last chunk of a dimension is partial") {
+  struct Case {
+    const char* file;
+    std::map<std::string, int64_t> defines;
+    int64_t ranks;
+  };
+  const Case cases[] = {
+      {"samples/gemm_allreduce.mks", {{"M", 1000}, {"N", 3000}, {"K", 520}}, 2},
+      {"samples/allreduce.mks", {{"N", 1000}}, 1},
+      {"samples/ring_attention.mks", {{"S", 3000}}, 2},
+  };
+  for (const Case& k : cases) {
+    CheckOptions opts;
+    opts.defines = k.defines;
+    opts.ranks = {k.ranks};
+    const Checked c = check_file(k.file, opts);
+    CHECK_MESSAGE(c.errors.empty(), k.file << ":\n" << c.errors);
+  }
+  // The sizes are kept as written; a size past its dimension is one chunk.
+  CheckOptions opts;
+  opts.defines = {{"N", 1000}};
+  const Checked c = check_file("samples/allreduce.mks", opts);
+  REQUIRE(c.schedules.size() == 1);
+  CHECK(find(c.schedules[0], "ar")->chunk == std::vector<int64_t>{65536});
+  // Sizes must still be positive and no more than the tensor's dimensions.
+  const auto with_chunk = [](const char* chunk) {
+    return check_text(fmt::format(
+        "schedule s {{ input X : f32[100, 30] symmetric\n comm a = allreduce(X, sum) {} }}",
+        chunk));
+  };
+  CHECK(with_chunk("chunk(0, 7)")
+            .errors.find("chunk size `0` is 0; it must be at least 1 [param-range]") !=
+        std::string::npos);
+  CHECK(with_chunk("chunk(1, 7, 7)")
+            .errors.find("chunk has 3 sizes, but `X` has 2 dimensions [bad-argument]") !=
+        std::string::npos);
+  CHECK(with_chunk("chunk(33, 7)").errors.empty());
+}
+
+TEST_CASE("the instance budget is proven before unrolling, and names the loop that breaks it") {
+  const auto loops = [](const std::string& body) {
+    return "schedule s {\n  input X : f32[4096, 4]\n  output Y : f32[4096, 4]\n" + body + "}\n";
+  };
+  // 1,000 iterations of five operations.
+  Checked five;
+  const double ms = timed_check(loops(R"(  loop i in 0 .. 1000 {
+    compute a = copy(X[i] -> Y[i])
+    compute b = copy(X[i] -> Y[i]) after a
+    compute c = copy(X[i] -> Y[i]) after b
+    compute d = copy(X[i] -> Y[i]) after c
+    compute e = copy(X[i] -> Y[i]) after d
+  }
+)"),
+                                &five);
+  CHECK(five.errors.find("t.mks:4:3: error: loop `i` unrolls to 5000 operation instances; a "
+                         "schedule unrolls to at most 4096 [param-range]") != std::string::npos);
+  CHECK(ms < 1000);
+  // What comes before counts; and so do the instances `when` switches off, which are checked.
+  const Checked before = check_text(loops(R"(  compute a = copy(X -> Y)
+  loop i in 0 .. 2048 {
+    compute b = copy(X[i] -> Y[i]) after a when(i == 0)
+    compute c = copy(X[i] -> Y[i]) after a when(i == 1)
+  }
+)"));
+  CHECK(before.errors.find("loop `i` unrolls to 4096 operation instances, 4097 with the 1 before "
+                           "it; a schedule unrolls to at most 4096") != std::string::npos);
+  // Bounds that use an outer variable are counted exactly: a triangle of 64 rows of two
+  // operations is 4032 instances, one of 65 rows 4160.
+  const auto triangle = [&](int rows) {
+    return check_text(loops(fmt::format(R"(  loop i in 0 .. {} {{
+    loop j in 0 .. i {{
+      compute a = copy(X[j] -> Y[j]) when(i == 0)
+      compute b = copy(X[j] -> Y[j]) when(i == 0)
+    }}
+  }}
+)",
+                                        rows)));
+  };
+  CHECK_MESSAGE(triangle(64).errors.empty(), triangle(64).errors);
+  CHECK(triangle(65).errors.find("loop `i` unrolls to 4160 operation instances") !=
+        std::string::npos);
+  // At the limit, a schedule checks; the body of an empty loop after it is still checked, and
+  // does not count (it made a spurious "more than 4096" error before).
+  const Checked full = check_text(loops(R"(  loop i in 0 .. 4096 { compute a = copy(X[i] -> Y[i]) }
+  loop j in 0 .. 0 { compute b = copy(X[j] -> Y[j]) }
+)"));
+  CHECK_MESSAGE(full.errors.empty(), full.errors);
+  REQUIRE(full.schedules.size() == 1);
+  CHECK(full.schedules[0].ops.size() == 4096);
+  const Checked dead = check_text(loops("  loop j in 0 .. 0 { compute b = copy(Q -> Y) }\n"));
+  CHECK(dead.errors.find("undefined tensor `Q`") != std::string::npos);
+}
+
+// The waits a checked schedule holds, in all.
+uint64_t total_waits(const CheckedSchedule& s) {
+  uint64_t n = 0;
+  for (const OpInstance& op : s.ops) n += op.deps.size();
+  return n;
+}
+
+TEST_CASE("dependencies cost what they are, not what the source repeats") {
+  // Three layers of 1,000 instances, each waiting on the whole loop before it: the race check
+  // walked the waits once per reader (a minute for this 15-line file); and `after x` written 200
+  // times made 200 waits per instance of x (13 GB and minutes for an 800-byte file). The work is
+  // counted, not timed: the steps are a few per instance, access and wait.
+  const auto layers = [](const std::string& after) {
+    return fmt::format(R"(schedule s {{
+  input X : f32[64]
+  scratch T : f32[1000, 64]
+  scratch U : f32[1000, 64]
+  output Y : f32[1000, 64]
+  loop i in 0 .. 1000 {{ compute x = copy(X -> T[i]) }}
+  loop j in 0 .. 1000 {{ compute y = copy(T[j] -> U[j]) after {} }}
+  loop k in 0 .. 1000 {{ compute z = copy(U[k] -> Y[k]) after y }}
+}})",
+                       after);
+  };
+  std::string repeated = "x";
+  for (int i = 0; i < 199; ++i) repeated += ", x";
+  for (const std::string& after : {std::string("x"), repeated}) {
+    CAPTURE(after.size());
+    const Checked c = check_text(layers(after));
+    REQUIRE_MESSAGE(c.errors.empty(), c.errors);
+    const CheckedSchedule& s = c.schedules[0];
+    REQUIRE(s.ops.size() == 3 * 1000);
+    CHECK(find(s, "y", 7)->deps.size() == 1000);
+    CHECK(depends_on(s, *find(s, "z", 9), "y", 999, Granule::kAll));
+    const uint64_t waits = total_waits(s);
+    CHECK(waits == 2 * 1000 * 1000);
+    // Naming: each of x and y indexed once, then the instances named (once per reference).
+    CHECK(s.work.named <= 2 * 1000 + waits);
+    // Races: every read waits for its writer directly, so the reader's waits are marked once.
+    CHECK(s.work.races <= 4 * s.ops.size() + waits);
+  }
+}
+
+TEST_CASE("the race check: found behind a fan-in, and at a few steps per access") {
+  // z reads T, written by x, and waits only for y, which waits for all of x: no race, through
+  // the closure of the waits.
+  const Checked through = check_text(
+      "schedule s {\n  input X : f32[64]\n  scratch T : f32[64, 64]\n  output Y : f32[64, 64]\n"
+      "  loop i in 0 .. 64 { compute x = copy(X -> T[i]) }\n"
+      "  loop j in 0 .. 64 { compute y = copy(X -> Y[j]) after x }\n"
+      "  loop k in 0 .. 64 { compute z = copy(T[k] -> Y[k]) after y }\n}\n");
+  CHECK_MESSAGE(through.errors.empty(), through.errors);
+  // Without y's wait on x, it is a race, reported once; the same at 1,000 instances a layer.
+  for (int n : {64, 1000}) {
+    CAPTURE(n);
+    const Checked racy = check_text(
+        fmt::format("schedule s {{\n  input X : f32[64]\n  scratch T : f32[{0}, 64]\n"
+                    "  output Y : f32[{0}, 64]\n"
+                    "  loop i in 0 .. {0} {{ compute x = copy(X -> T[i]) }}\n"
+                    "  loop j in 0 .. {0} {{ compute y = copy(X -> Y[j]) }}\n"
+                    "  loop k in 0 .. {0} {{ compute z = copy(T[k] -> Y[k]) after y }}\n}}\n",
+                    n));
+    const std::string race =
+        "error: `z` reads `T`, which `x` writes, but does not wait for `x` [missing-dependency]";
+    const size_t at = racy.errors.find(race);
+    CHECK(at != std::string::npos);
+    CHECK(racy.errors.find(race, at + 1) == std::string::npos);  // once, not once per instance
+  }
+  const Checked missing = check_text(
+      "schedule s {\n  input X : f32[64]\n  scratch T : f32[64, 64]\n  output Y : f32[64, 64]\n"
+      "  loop i in 0 .. 64 { compute x = copy(X -> T[i]) }\n"
+      "  loop k in 0 .. 64 { compute z = copy(T[k] -> Y[k]) after z[k - 1] }\n}\n");
+  CHECK(missing.errors.find("`z` reads `T`, which `x` writes, but does not wait for `x`") !=
+        std::string::npos);
+  // A wait for the wrong slice is a race too: z[k] waits for x[k + 1], it reads x[k]'s rows.
+  const Checked shifted = check_text(
+      "schedule s {\n  input X : f32[64]\n  scratch T : f32[65, 64]\n  output Y : f32[64, 64]\n"
+      "  loop i in 0 .. 65 { compute x = copy(X -> T[i]) }\n"
+      "  loop k in 0 .. 64 { compute z = copy(T[k] -> Y[k]) after x[k + 1] }\n}\n");
+  CHECK(shifted.errors.find("`z` reads `T`, which `x` writes, but does not wait for `x`") !=
+        std::string::npos);
+  // A read of the whole tensor overlaps every row written: its last writer is the last row's.
+  const Checked whole = check_text(
+      "schedule s {\n  input X : f32[64]\n  scratch T : f32[64, 64]\n  output Y : f32[64, 64]\n"
+      "  loop i in 0 .. 64 { compute x = copy(X -> T[i]) }\n"
+      "  compute z = copy(T -> Y) after x[62]\n}\n");
+  CHECK(whole.errors.find("`z` reads `T`, which `x` writes, but does not wait for `x`") !=
+        std::string::npos);
+  const Checked whole_ok = check_text(
+      "schedule s {\n  input X : f32[64]\n  scratch T : f32[64, 64]\n  output Y : f32[64, 64]\n"
+      "  loop i in 0 .. 64 { compute x = copy(X -> T[i]) after x[i - 1] }\n"
+      "  compute z = copy(T -> Y) after x[63]\n}\n");
+  CHECK_MESSAGE(whole_ok.errors.empty(), whole_ok.errors);
+  // 2,000 writers and readers of one tensor, each reader waiting for its own row's writer: the
+  // steps are a few per instance, where every reader scanned every writer (and every instance of
+  // the operation it waits for).
+  const Checked rows = check_text(R"(schedule s {
+  input X : f32[64]
+  scratch T : f32[2000, 64]
+  output Y : f32[2000, 64]
+  loop i in 0 .. 2000 {
+    compute a = copy(X -> T[i])
+    compute b = copy(T[i] -> Y[i]) after a
+  }
+})");
+  REQUIRE_MESSAGE(rows.errors.empty(), rows.errors);
+  const CheckedSchedule& s = rows.schedules[0];
+  REQUIRE(s.ops.size() == 4000);
+  CHECK(total_waits(s) == 2000);
+  CHECK(s.work.named <= 2 * 2000);
+  CHECK(s.work.races <= 4 * s.ops.size());
 }
 
 }  // namespace

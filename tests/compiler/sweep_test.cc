@@ -1,8 +1,9 @@
-// Shape sweeps on the CPU interpreter: every sample at small, odd and (where the language allows)
-// non-divisible sizes, batch >= 2 where there is one, at R = 1, 2, 3, 4 and 8, planned with the
-// verifier after every pass (on in test builds) and executed over two launches and two
-// interleavings against the reference. The ring-attention race lived at batch 2 and 3+ ranks,
-// where no test looked; these sweeps look everywhere the samples can go.
+// Shape sweeps on the CPU interpreter: every sample at small, odd and non-divisible sizes (the
+// last GEMM tile and the last chunk along a dimension partial), batch >= 2 where there is one, at
+// R = 1, 2, 3, 4 and 8, planned with the verifier after every pass (on in test builds) and
+// executed over two launches and two interleavings against the reference. The ring-attention race
+// lived at batch 2 and 3+ ranks, where no test looked; these sweeps look everywhere the samples
+// can go.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -68,6 +69,14 @@ TEST_CASE("sweep: allreduce") {
                       },
                       [](int64_t) {
                         return Defines{{"N", 3 * 65536}};
+                      },
+                      // chunk(65536) does not divide N: the last chunk is partial (1,000 elements),
+                      // and a chunk larger than the tensor is one chunk.
+                      [](int64_t) {
+                        return Defines{{"N", 2 * 65536 + 1000}};
+                      },
+                      [](int64_t) {
+                        return Defines{{"N", 1000}};
                       }});
 }
 
@@ -77,6 +86,10 @@ TEST_CASE("sweep: allgather") {
                       },
                       [](int64_t R) {
                         return Defines{{"M", 256 * R}, {"K", 3}};
+                      },
+                      // chunk(128, K) over 200 rows a rank: a partial last chunk of 72 rows.
+                      [](int64_t R) {
+                        return Defines{{"M", 200 * R}, {"K", 3}};
                       }});
 }
 
@@ -86,6 +99,10 @@ TEST_CASE("sweep: reducescatter") {
                           },
                           [](int64_t R) {
                             return Defines{{"M", 256 * R}, {"N", 5}};
+                          },
+                          // chunk(128, N) over a 200-row shard: the last chunk is partial.
+                          [](int64_t R) {
+                            return Defines{{"M", 200 * R}, {"N", 5}};
                           }});
 }
 
@@ -119,6 +136,11 @@ TEST_CASE("sweep: gemm_allreduce") {
                            },
                            [](int64_t) {
                              return Defines{{"M", 256}, {"N", 512}, {"K", 1}};
+                           },
+                           // chunk(128, 256) divides neither dimension: partial last chunks in
+                           // both, under partial GEMM tiles.
+                           [](int64_t) {
+                             return Defines{{"M", 200}, {"N", 300}, {"K", 3}};
                            }});
 }
 
@@ -168,7 +190,58 @@ TEST_CASE("sweep: ring_attention") {
                            },
                            [](int64_t R) {
                              return Defines{{"B", 3}, {"H", 2}, {"S", 256 * R}, {"D", 4}};
+                           },
+                           // chunk(128, D) over 200 keys a rank: the last chunk of each K,V block
+                           // is partial, and the attention tiles wait for it.
+                           [](int64_t R) {
+                             return Defines{{"B", 2}, {"H", 1}, {"S", 200 * R}, {"D", 3}};
                            }});
+}
+
+// Partial last chunks on the paths the samples' sizes do not reach: a two-shot all-reduce (the
+// chunk's owner is c mod R, so the partial chunk has one owner that reduces and broadcasts it), a
+// 2-D chunk cutting both dimensions of an in-place one-shot all-reduce, a shift, and on several
+// nodes the hierarchical all-reduce that algo(auto) picks there.
+TEST_CASE("sweep: partial last chunks") {
+  const auto file = std::make_shared<dsl::SourceFile>("chunks.mks", R"(
+schedule chunks {
+  ranks R
+  param N = 4500, M = 37, W = 11
+  input   X : f32[N] symmetric
+  output  Y : f32[N] symmetric
+  input   Z : f32[M, W] symmetric
+  input   S : f32[M, W]
+  output  T : f32[M, W] symmetric
+  input   H : f32[M, W] symmetric
+  comm two  = allreduce(X, sum -> Y) chunk(1000) algo(two_shot)
+  comm one  = allreduce(Z, max) chunk(16, 4) algo(one_shot)
+  comm sh   = shift(S -> T, by = 1) chunk(10, 7)
+  comm hier = allreduce(H, sum) chunk(16, 4)
+}
+)");
+  for (const auto& [R, per_node] : kWorlds) {
+    for (const Defines& d :
+         {Defines{{"N", 4500}, {"M", 37}, {"W", 11}}, Defines{{"N", 999}, {"M", 1}, {"W", 3}}}) {
+      const std::string label = fmt::format("chunks R={} per_node={} N={}", R, per_node, d.at("N"));
+      INFO(label);
+      auto c = testing::compile(file, R, d, per_node);
+      PassOptions po;
+      po.verify = true;
+      po.sms = 6;
+      const Plan plan = build_plan(c->checked[0], po);
+      for (uint64_t seed : {1u, 2u}) {
+        InterpretOptions io;
+        io.launches = 2;
+        io.seed = seed;
+        io.inputs = random_inputs(plan, seed + 100 * R);
+        testing::interpret_and_compare(c->checked[0], plan, io,
+                                       fmt::format("{} seed={}", label, seed));
+      }
+      bool hierarchical = false;
+      for (const Decision& dec : plan.decisions) hierarchical |= dec.choice == "hierarchical";
+      CHECK(hierarchical == (per_node > 1 && per_node < R));
+    }
+  }
 }
 
 // Reductions over each axis and elementwise maps, which no sample has: odd shapes, tiles that do

@@ -165,6 +165,63 @@ TEST_CASE("parser: deep nesting is an error, not a stack overflow") {
   CHECK(d2.all()[0].kind == DiagKind::kNestingTooDeep);
 }
 
+TEST_CASE("parser: a chain of operators is bounded by its height, not only by brackets") {
+  // 20,000 terms overflowed the stack of every later recursive walk (evaluation, copies, the
+  // JSON dump); any binary operator chains alike, and so do unary operators and calls.
+  for (const char* op : {" + ", " * ", " && ", " - ", " < "}) {
+    std::string chain = "schedule s { param M = 1";
+    for (int i = 0; i < 20000; ++i) chain += std::string(op) + "1";
+    Diagnostics d;
+    parse(src(chain + " }"), d);
+    REQUIRE_MESSAGE(d.has_errors(), op);
+    CHECK(d.all()[0].kind == DiagKind::kNestingTooDeep);
+    CHECK(d.all()[0].message == "expression more than 1024 operators deep");
+  }
+  // A sum at the limit parses, and its tree is as tall as it is long.
+  std::string sum = "schedule s { param M = 1";
+  for (int i = 1; i < kMaxExprHeight; ++i) sum += " + 1";
+  Diagnostics ok;
+  const Module m = parse(src(sum + " }"), ok);
+  REQUIRE_FALSE(ok.has_errors());
+  CHECK(std::get<ParamDecl>(m.schedules[0].items[0].node).value.height == kMaxExprHeight);
+  Diagnostics over;
+  parse(src(sum + " + 1 }"), over);
+  CHECK(over.has_errors());
+  // Heights add up through brackets and calls.
+  Diagnostics d;
+  const Module h = parse(src("schedule s { param M = -(1 + 2) * max(3, 4 + 5 * 6) }"), d);
+  REQUIRE_FALSE(d.has_errors());
+  CHECK(std::get<ParamDecl>(h.schedules[0].items[0].node).value.height == 5);
+}
+
+TEST_CASE("lexer: integer literals, and the values of -D overrides by the same rules") {
+  int64_t v = 0;
+  CHECK(parse_int_literal("4_096", &v) == IntLiteral::kOk);
+  CHECK(v == 4096);
+  CHECK(parse_int_literal("0x10", &v) == IntLiteral::kOk);
+  CHECK(v == 16);
+  CHECK(parse_int_literal("9223372036854775807", &v) == IntLiteral::kOk);
+  CHECK(parse_int_literal("9223372036854775808", &v) == IntLiteral::kOutOfRange);
+  CHECK(parse_int_literal("0x8000000000000000", &v) == IntLiteral::kOutOfRange);
+  for (const char* bad : {"", "abc", "12x4", "4096_", " 5", "+5", "-5", "0x", "0x-1", "1.5"}) {
+    CHECK_MESSAGE(parse_int_literal(bad, &v) == IntLiteral::kMalformed, bad);
+  }
+  std::string why;
+  CHECK(parse_integer_value("4_096", &why) == 4096);
+  CHECK(parse_integer_value("0x1000", &why) == 4096);
+  CHECK(parse_integer_value("-3", &why) == -3);
+  CHECK_FALSE(parse_integer_value("abc", &why));
+  CHECK(why == "`abc` is not an integer (write 4096, 4_096 or 0x1000)");
+  CHECK_FALSE(parse_integer_value("99999999999999999999", &why));
+  CHECK(why == "`99999999999999999999` is out of range: integers must fit in 64 bits");
+  // The lexer reads integers the same way.
+  Diagnostics d;
+  const auto toks = lex_all("4096_ 0x1f", d);
+  REQUIRE(d.error_count() == 1);
+  CHECK(d.all()[0].message == "malformed number `4096_`");
+  CHECK(toks[1].int_value == 31);
+}
+
 TEST_CASE("parser: empty and schedule-less files are errors") {
   Diagnostics d;
   parse(src(""), d);

@@ -163,12 +163,25 @@ TEST_CASE("-D values: decimal with _ separators and 0x hex, in int64; each name 
   // The banner lists every parameter's value (sorted by name), however -D wrote them.
   CHECK_MESSAGE(text.str().find("Parameters: K=8192, M=16, N=1024.") != std::string::npos,
                 text.str().substr(0, 300));
-  for (const char* bad : {"M=", "M=_1", "M=1_", "M=0x", "M=0x_", "M=1.5", "M=+4", "M= 4", "M=0o17",
-                          "M=9223372036854775808", "M=0x8000000000000000", "M=4k"}) {
+  for (const char* bad :
+       {"M=", "M=_1", "M=1_", "M=0x", "M=0x_", "M=1.5", "M=+4", "M= 4", "M=0o17", "M=4k"}) {
     const Result r = run_cli({"check", "-D", bad, "samples/gemm.mks"});
     CHECK_MESSAGE(r.code == 1, bad);
-    CHECK_MESSAGE(r.err.find("is not an integer") != std::string::npos, bad << ": " << r.err);
+    CHECK_MESSAGE(
+        r.err.find("is not an integer (write 4096, 4_096 or 0x1000)") != std::string::npos,
+        bad << ": " << r.err);
   }
+  // An integer past 64 bits is said to be one.
+  for (const char* big : {"M=9223372036854775808", "M=0x8000000000000000"}) {
+    const Result r = run_cli({"check", "-D", big, "samples/gemm.mks"});
+    CHECK_MESSAGE(r.code == 1, big);
+    CHECK_MESSAGE(r.err.find("is out of range: integers must fit in 64 bits") != std::string::npos,
+                  big << ": " << r.err);
+  }
+  const Result name = run_cli({"check", "-D", "1M=4", "samples/gemm.mks"});
+  CHECK(name.code == 1);
+  CHECK_MESSAGE(name.err.find("-D 1M=4: `1M` is not a parameter name") != std::string::npos,
+                name.err);
   const Result twice = run_cli({"check", "-D", "M=1", "-DM=2", "samples/gemm.mks"});
   CHECK(twice.code == 1);
   CHECK_MESSAGE(twice.err.find("`M` is already set (-D M=1)") != std::string::npos, twice.err);

@@ -169,62 +169,6 @@ int cmd_version(std::ostream& out) {
   return kExitOk;
 }
 
-// A -D value, read with the schedule language's rules for integer literals (dsl/lexer.cc): decimal
-// digits with `_` separators anywhere after the first digit but not at the end (4_096), or `0x` /
-// `0X` and hex digits, with the same separators (0x10_00); a leading `-` makes it negative (a
-// schedule would write the minus as an operator). It must fit in int64. Nothing else is accepted:
-// no spaces, no `+`, no octal.
-std::optional<int64_t> parse_define_value(std::string_view text) {
-  bool negative = false;
-  if (!text.empty() && text[0] == '-') {
-    negative = true;
-    text.remove_prefix(1);
-  }
-  int base = 10;
-  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
-    base = 16;
-    text.remove_prefix(2);
-  }
-  if (text.empty() || text[0] == '_' || text.back() == '_') return std::nullopt;
-  unsigned __int128 v = 0;
-  for (char c : text) {
-    if (c == '_') continue;
-    int d = -1;
-    if (c >= '0' && c <= '9') d = c - '0';
-    if (base == 16 && c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    if (base == 16 && c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    if (d < 0) return std::nullopt;
-    v = v * base + static_cast<unsigned>(d);
-    // Past 2^63 nothing fits, whatever the sign; stop before the 128 bits could wrap.
-    if (v > (static_cast<unsigned __int128>(1) << 63)) return std::nullopt;
-  }
-  const unsigned __int128 max = static_cast<unsigned __int128>(INT64_MAX);
-  if (negative) return v == max + 1 ? INT64_MIN : -static_cast<int64_t>(v);
-  if (v > max) return std::nullopt;
-  return static_cast<int64_t>(v);
-}
-
-// Parses "NAME=VALUE" for -D; a name given twice is an error (which value was meant?).
-void parse_define(const std::string& text, compiler::CheckOptions* opts) {
-  const size_t eq = text.find('=');
-  const std::string name = text.substr(0, eq);
-  if (eq == std::string::npos || name.empty()) {
-    throw UserError(fmt::format("-D {}: expected -D NAME=VALUE, e.g. -D M=4096", text));
-  }
-  const std::string value = text.substr(eq + 1);
-  const std::optional<int64_t> v = parse_define_value(value);
-  if (!v) {
-    throw UserError(fmt::format(
-        "-D {}: `{}` is not an integer (write 4096, 4_096 or 0x1000; it must fit in 64 bits)", text,
-        value));
-  }
-  if (const auto it = opts->defines.find(name); it != opts->defines.end()) {
-    throw UserError(fmt::format("-D {}: `{}` is already set (-D {}={}); give each parameter once",
-                                text, name, name, it->second));
-  }
-  opts->defines[name] = *v;
-}
-
 // A positive integer flag value, at most `max`.
 int64_t parse_count(const std::string& flag, const std::string& value, int64_t max = INT64_MAX) {
   int64_t v = 0;
@@ -254,7 +198,9 @@ class Flags {
       const std::string& a = args_[i_];
       if (a == "-D" || (a.rfind("-D", 0) == 0 && a.size() > 2)) {
         const std::string d = a == "-D" ? value("-D") : a.substr(2);
-        parse_define(d, &check);
+        // The front end's parser: the language's integer rules (dsl::parse_int_literal), a name
+        // that can be a parameter, each name once.
+        compiler::add_define(d, &check);
         defines_text += (defines_text.empty() ? "" : " ") + d;
       } else if (is("--ranks")) {
         check.ranks = {parse_count("--ranks", value("--ranks"))};
