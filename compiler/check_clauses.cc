@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "compiler/checker.h"
 #include "dsl/suggest.h"
@@ -105,6 +106,33 @@ bool Checker::check_clauses(const dsl::OpDecl& op, OpKind kind, const LoopEnv& e
     }
   }
   if (inst->algo.empty()) inst->algo = "auto";
+  // Without chunk(...), the lowering takes chunks of whole trailing rows, about 64 KB each
+  // (compiler/lower_views.cc, chunk_sizes): the same budget applies to that grid.
+  if (op_is_comm(kind) && inst->chunk.empty()) {
+    const TensorUse* u = chunked_tensor(kind, *inst);
+    const bool grid = kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter ||
+                      kind == OpKind::kAllGather || kind == OpKind::kPut || kind == OpKind::kShift;
+    if (grid && u != nullptr && !u->shape.empty() && u->tensor >= 0 &&
+        u->tensor < static_cast<int>(out_.tensors.size())) {
+      double row = dtype_bytes(out_.tensors[u->tensor].dtype);
+      for (size_t d = 1; d < u->shape.size(); ++d) row *= static_cast<double>(u->shape[d]);
+      const double rows =
+          std::max(1.0, std::min(static_cast<double>(u->shape[0]), std::floor(65536.0 / row)));
+      const double chunks = std::ceil(static_cast<double>(u->shape[0]) / rows);
+      if (chunks > static_cast<double>(kMaxTasksPerRank)) {
+        error(
+            DiagKind::kParamRange, op.span,
+            fmt::format("`{}` of `{}` makes {:.4g} chunks of about 64 KB, over mkc's limit of {} "
+                        "tasks per rank (the kernel's task tables and its compile time grow "
+                        "with them)",
+                        op_name(kind), dsl::source_text(*file_, u->span), chunks, kMaxTasksPerRank))
+            .set_hint(
+                "a tensor this large does not fit one kernel's plan; split it over "
+                "several operations or schedules");
+        return false;
+      }
+    }
+  }
   return true;
 }
 
@@ -163,6 +191,27 @@ bool Checker::check_chunk(const dsl::Clause& c, OpKind kind, const OpInstance& i
   }
   // Sizes align with the trailing dimensions. They need not divide them: the last chunk along a
   // dimension is partial, like the last GEMM tile, and a size past the dimension is one chunk.
+  //
+  // The collectives and sends lower to at least one task per chunk per rank (compiler/lower.cc,
+  // chunk_grid): a grid past the lowering's budget is refused here, where the clause is.
+  const bool grid = kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter ||
+                    kind == OpKind::kAllGather || kind == OpKind::kPut || kind == OpKind::kShift;
+  if (!grid) return true;
+  double chunks = 1;
+  const size_t lead = u->shape.size() - sizes.size();
+  for (size_t d = 0; d < u->shape.size(); ++d) {
+    const int64_t size = d < lead ? 1 : sizes[d - lead];
+    chunks *= std::ceil(static_cast<double>(u->shape[d]) / static_cast<double>(size));
+  }
+  if (chunks > static_cast<double>(kMaxTasksPerRank)) {
+    error(DiagKind::kParamRange, c.span,
+          fmt::format("chunk({}) cuts `{}` into {:.4g} chunks, over mkc's limit of {} tasks per "
+                      "rank (the kernel's task tables and its compile time grow with them)",
+                      fmt::join(sizes, ", "), dsl::source_text(*file_, u->span), chunks,
+                      kMaxTasksPerRank))
+        .set_hint("use larger chunk sizes: a chunk of 64 KB or more moves at full speed");
+    return false;
+  }
   return true;
 }
 

@@ -23,7 +23,7 @@ struct LowerOptions {
   // The most tasks a rank's part of the plan may have: the kernel's task tables, the source NVRTC
   // compiles and the compile time grow with them. Past it, lowering stops with a UserError
   // naming the operation, at its .mks place when `file` is given.
-  int64_t max_tasks_per_rank = int64_t{1} << 17;
+  int64_t max_tasks_per_rank = compiler::kMaxTasksPerRank;
   // The most views and boxes all tasks of the plan may hold together (its memory).
   int64_t max_plan_entries = int64_t{1} << 22;
   const dsl::SourceFile* file = nullptr;

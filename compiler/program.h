@@ -96,6 +96,11 @@ struct Dependency {
 };
 
 // One operation instance (a loop body's operation appears once per iteration).
+// The most tasks a rank's part of a plan may have (the lowering's default budget, LowerOptions):
+// the kernel's task tables, the source NVRTC compiles and its compile time grow with them. The
+// checker refuses the chunk grids past it that the lowering would refuse.
+constexpr int64_t kMaxTasksPerRank = int64_t{1} << 17;
+
 struct OpInstance {
   OpKind kind = OpKind::kGemm;
   std::string name;

@@ -628,3 +628,41 @@ TEST_CASE("the race check: found behind a fan-in, and at a few steps per access"
 
 }  // namespace
 }  // namespace mkc::compiler
+
+namespace mkc::compiler {
+namespace {
+
+// `check` accepted chunk grids the lowering then refused (a tensor of 10^15 elements, chunk(1)
+// over 10^8): the budget is the checker's too, at the clause, with the same limit.
+TEST_CASE("front end issue: a chunk grid past the task budget is a located error from check") {
+  CheckOptions two;
+  two.ranks = {2};
+  const Checked tiny = check_text(R"(schedule s {
+  ranks R
+  input X : bf16[100000000] symmetric
+  comm ar = allreduce(X, sum) chunk(1)
+})",
+                                  two);
+  CHECK(tiny.errors.find("t.mks:4:31: error: chunk(1) cuts `X` into 1e+08 chunks, over mkc's "
+                         "limit of 131072 tasks per rank") != std::string::npos);
+  const Checked huge = check_text(R"(schedule s {
+  ranks R
+  input X : f32[1000000000000000] symmetric
+  comm ar = allreduce(X, sum)
+})",
+                                  two);
+  CHECK(huge.errors.find("makes 6.104e+10 chunks of about 64 KB, over mkc's limit of 131072") !=
+        std::string::npos);
+  CHECK(huge.errors.find("t.mks:4:3:") != std::string::npos);
+  // At the limit exactly: accepted (the lowering counts the same grid against the same limit).
+  const Checked edge = check_text(R"(schedule s {
+  ranks R
+  input X : bf16[131072] symmetric
+  comm ar = allreduce(X, sum) chunk(1)
+})",
+                                  two);
+  CHECK_MESSAGE(edge.errors.empty(), edge.errors);
+}
+
+}  // namespace
+}  // namespace mkc::compiler
