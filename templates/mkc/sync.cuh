@@ -91,8 +91,12 @@ __device__ inline bool wait_all(const KernelArgs& a, const Wait* waits, int n) {
     for (int i = 0; i < n && !st.failed; ++i) {
       const Wait w = waits[i];
       const u64 target = (a.epoch - w.lag) * static_cast<u64>(w.count);
+      // Spin with relaxed loads and acquire once, after the count is reached: an acquire at
+      // system scope per poll (a fence each) from a hundred waiting CTAs slowed the memory
+      // traffic of the CTAs they wait for by two orders of magnitude (MoE dispatch rows at
+      // 5 GB/s instead of 1.2 TB/s; docs/RESULTS.md, sixth session).
       cuda::atomic_ref<u64, cuda::thread_scope_system> c(a.events[a.rank][w.event]);
-      u64 seen = c.load(cuda::memory_order_acquire);
+      u64 seen = c.load(cuda::memory_order_relaxed);
       u64 looked = 0;
       while (seen < target) {
         const u64 now = globaltimer();
@@ -108,9 +112,10 @@ __device__ inline bool wait_all(const KernelArgs& a, const Wait* waits, int n) {
           looked = now;
         }
         __nanosleep(32);
-        seen = c.load(cuda::memory_order_acquire);
+        seen = c.load(cuda::memory_order_relaxed);
       }
     }
+    cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_system);
   }
   __syncthreads();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MKC_NO_PROXY_FENCE)
