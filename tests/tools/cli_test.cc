@@ -140,6 +140,12 @@ TEST_CASE(
   r = run_cli({"run", "samples/reducescatter.mks", "--ranks", "3", "-D", "M=1024"});
   CHECK(r.code == 1);
   CHECK_MESSAGE(r.err.find("(with R = 3)") != std::string::npos, r.err);
+  // An unknown routing kind is named with the ones there are.
+  r = run_cli({"run", "samples/moe_dispatch_gemm.mks", "--routing", "hot"});
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(r.err.find("--routing hot: not a routing kind (uniform, skewed or empty)") !=
+                    std::string::npos,
+                r.err);
   // A good schedule gets as far as the driver (or runs, on a GPU machine).
   if (!mkc::testing::gpu_present()) {
     r = run_cli({"run", "samples/gemm.mks", "-D", "M=256", "-D", "N=256", "-D", "K=256"});

@@ -111,6 +111,10 @@ options (and -D, --sms as for `mkc check`):
   --save DIR           write every rank's tensors after the first launch as DIR/<tensor>.rank<r>.npy
                        (bf16 as f32)
   --load DIR           take the inputs from DIR/<tensor>.rank<r>.npy instead of random data
+  --seed N             the random inputs' seed (default 1)
+  --routing KIND       how random MoE routing tables pick each token's (distinct) experts:
+                       uniform (default), skewed (a few hot experts) or empty (a quarter of the
+                       experts get no rows)
   -h, --help           show this help
 )";
 
@@ -615,8 +619,24 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   bool check = false, share_gpus = false;
   uint64_t timeout_ms = 5000;
   std::string trace_path, save_dir, load_dir;
+  uint64_t seed = 1;
+  plan::Routing routing = plan::Routing::kUniform;
   while (f.next()) {
-    if (f.is("--iters")) {
+    if (f.is("--seed")) {
+      seed = static_cast<uint64_t>(parse_count("--seed", f.value("--seed")));
+    } else if (f.is("--routing")) {
+      const std::string r = f.value("--routing");
+      if (r == "uniform") {
+        routing = plan::Routing::kUniform;
+      } else if (r == "skewed") {
+        routing = plan::Routing::kSkewed;
+      } else if (r == "empty") {
+        routing = plan::Routing::kEmptyExperts;
+      } else {
+        throw UserError(
+            fmt::format("--routing {}: not a routing kind (uniform, skewed or empty)", r));
+      }
+    } else if (f.is("--iters")) {
       iters = parse_count("--iters", f.value("--iters"), kMaxIters);
     } else if (f.arg() == "--check") {
       check = true;
@@ -683,8 +703,8 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                  roles_text(p), j.seconds, j.cache_hit ? "cache hit" : "cache miss");
       out.flush();
     }
-    const plan::InputFn inputs =
-        load_dir.empty() ? plan::random_inputs(p, 1) : npy_inputs(p, load_dir, job.ranks());
+    const plan::InputFn inputs = load_dir.empty() ? plan::random_inputs(p, seed, routing)
+                                                  : npy_inputs(p, load_dir, job.ranks());
     if (check) {
       int failed = 0;
       for (const rt::TensorCheck& t : rt::checked_launch(job, p, {}, inputs)) {
