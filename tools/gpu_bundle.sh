@@ -20,7 +20,6 @@ cp bazel-bin/mkc bazel-bin/bench/gemm_bench bazel-bin/bench/allreduce_bench \
   bazel-bin/bench/gemm_allreduce_bench \
   bazel-bin/samples/host/gemm_allreduce bazel-bin/tools/mkrun/mkrun bazel-bin/tests/runtime/job_probe \
   bazel-bin/runtime/libmkc.so "$dest/"
-bazel build //:mkc
 # Tests open samples/*.mks relative to where they run.
 cp -r samples "$dest/samples"
 cp tools/gpu_acceptance.sh "$dest/"
