@@ -68,6 +68,14 @@ class Generator {
         // templates/mkc/gemm_sm80.cuh: two stages of A 128 x 40 and B 32 x 136 elements.
         g.portable_smem = 2 * (128 * 40 + 32 * 136) * 2 + 128;
       }
+      if (const int bn = tma_grouped_n(*t)) {
+        // The GEMM's pipeline (templates/mkc/grouped_gemm_sm90.cuh).
+        const int stage =
+            (static_cast<int>(plan::args_as<abi::GroupedGemmTileArgs>(*t).bm) + bn) * 128;
+        const int stages = std::min(8, 196608 / stage);
+        g.threads = 384;
+        g.dynamic_smem = std::max(g.dynamic_smem, stages * stage + 2048);
+      }
       if (const int d = tma_attention_d(*t)) {
         // templates/mkc/attention_sm90.cuh, AttnShape: header 2048 + Q + the K,V stages.
         const int stage = 2 * 128 * d * 2, stages = d == 64 ? 4 : 2;
@@ -96,6 +104,7 @@ class Generator {
       // more in flight spills.
       line("#define MKC_REDUCE_UNROLL 1");
       line("#include \"mkc/gemm_sm90.cuh\"");
+      line("#include \"mkc/grouped_gemm_sm90.cuh\"");
       line("#include \"mkc/attention_sm90.cuh\"");
     }
     line("#include \"mkc/tasks.cuh\"");
@@ -144,8 +153,11 @@ class Generator {
     if (t.kind == TaskKind::kAttentionTile) {
       if (const int d = tma_attention_d(t)) key += fmt::format(":tma_d{}", d);
     }
-    if (t.kind == TaskKind::kGroupedGemmTile)
-      key += fmt::format(":fn{}", plan::args_as<abi::GroupedGemmTileArgs>(t).fn);
+    if (t.kind == TaskKind::kGroupedGemmTile) {
+      const abi::GroupedGemmTileArgs g = plan::args_as<abi::GroupedGemmTileArgs>(t);
+      key += fmt::format(":fn{}", g.fn);
+      if (const int bn = tma_grouped_n(t)) key += fmt::format(":tma{}x{}", g.bm, bn);
+    }
     if (t.kind == TaskKind::kMapTile)
       key += fmt::format(":fn{}", plan::args_as<abi::MapTileArgs>(t).fn);
     return key;
@@ -164,6 +176,21 @@ class Generator {
     }
     const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
     return g.n1 - g.n0 > 128 ? 256 : 128;
+  }
+  // The same for a grouped GEMM task: X [rows, K] and W [groups, K, N] of one 16-bit type, rows
+  // 16-byte aligned, tiles of 64 or 128 rows and at most 256 columns.
+  int tma_grouped_n(const Task& t) const {
+    if (!o_.tensor_core_gemm || t.kind != TaskKind::kGroupedGemmTile) return 0;
+    const plan::View &x = t.views[0], &w = t.views[1];
+    const compiler::DType tx = p_.buffers[x.buffer].dtype, tw = p_.buffers[w.buffer].dtype;
+    if (tx != tw || (tx != compiler::DType::kBf16 && tx != compiler::DType::kF16)) return 0;
+    if (x.shape.size() != 2 || w.shape.size() != 3) return 0;
+    for (const plan::View* v : {&x, &w}) {
+      if ((v->shape.back() * 2) % 16 != 0 || (v->offset * 2) % 16 != 0) return 0;
+    }
+    const abi::GroupedGemmTileArgs g = plan::args_as<abi::GroupedGemmTileArgs>(t);
+    if ((g.bm != 64 && g.bm != 128) || g.bn > 256) return 0;
+    return g.bn > 128 ? 256 : 128;
   }
   // The head dim (64 or 128) of an attention task the TMA + wgmma tile can take, else 0: Q, K, V
   // of one 16-bit type, D = Dv of 64 or 128, query tiles of at most 128, views 16-byte aligned.
@@ -197,7 +224,12 @@ class Generator {
         return fmt::format("{}: sm_90a wgmma + TMA, head dim {} (SIMT without sm_90a)", kind, d);
       return kind + ": SIMT (needs bf16/f16 Q, K, V with head dims 64 or 128)";
     }
-    if (t.kind == TaskKind::kGroupedGemmTile) return kind + ": SIMT";
+    if (t.kind == TaskKind::kGroupedGemmTile) {
+      if (const int bn = tma_grouped_n(t))
+        return fmt::format("{}: sm_90a wgmma + TMA {}x{} (SIMT without sm_90a)", kind,
+                           plan::args_as<abi::GroupedGemmTileArgs>(t).bm, bn);
+      return kind + ": SIMT (operands not 16-bit, not 16-byte aligned, or tiles not 64/128 rows)";
+    }
     return kind;
   }
 
@@ -304,11 +336,20 @@ class Generator {
           }
           break;
         }
-        case TaskKind::kGroupedGemmTile:
-          line(fmt::format("  mkc::grouped_gemm_tile<{}, {}, {}>(a, v, args, kBuffers, {}{{}});",
-                           type_of(t, 0), type_of(t, 1), type_of(t, 2),
-                           fn_type(plan::args_as<abi::GroupedGemmTileArgs>(t).fn)));
+        case TaskKind::kGroupedGemmTile: {
+          const abi::GroupedGemmTileArgs g = plan::args_as<abi::GroupedGemmTileArgs>(t);
+          if (const int bn = tma_grouped_n(t)) {
+            line("  extern __shared__ unsigned char mkc_smem[];");
+            line(fmt::format(
+                "  mkc::sm90::grouped_gemm_tile_tma<{}, {}, {}, {}>(a, v, args, kBuffers, "
+                "mkc_smem, {}{{}});",
+                type_of(t, 0), type_of(t, 2), g.bm, bn, fn_type(g.fn)));
+          } else {
+            line(fmt::format("  mkc::grouped_gemm_tile<{}, {}, {}>(a, v, args, kBuffers, {}{{}});",
+                             type_of(t, 0), type_of(t, 1), type_of(t, 2), fn_type(g.fn)));
+          }
           break;
+        }
         case TaskKind::kCopy:
           line(fmt::format("  mkc::copy_rows<{}>(a, v, args, kBuffers);", type_of(t, 0)));
           break;
@@ -420,6 +461,14 @@ class Generator {
         abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
         g.map_a = tensor_map(t.views[0], tma_tile_m(t), 64);
         g.map_b = tensor_map(t.views[1], 64, 64);
+        targs.assign(reinterpret_cast<const int64_t*>(&g),
+                     reinterpret_cast<const int64_t*>(&g) + sizeof(g) / 8);
+      }
+      if (tma_grouped_n(t)) {
+        // X in bm x 64 boxes, W [groups, K, N] in 64 x 64 boxes of one slice.
+        abi::GroupedGemmTileArgs g = plan::args_as<abi::GroupedGemmTileArgs>(t);
+        g.map_x = tensor_map(t.views[0], static_cast<int>(g.bm), 64);
+        g.map_w = tensor_map(t.views[1], 64, 64);
         targs.assign(reinterpret_cast<const int64_t*>(&g),
                      reinterpret_cast<const int64_t*>(&g) + sizeof(g) / 8);
       }

@@ -303,6 +303,8 @@ class Deriver {
         const int x = a.task;
         const Task& other = p_.tasks[x];
         if (x == w || !a.box->overlaps(wb)) return;
+        // Scatter writes of one operation fill disjoint elements by construction (plan.h).
+        if (wb.scatter && a.box->scatter && other.op == writer.op) return;
         // Earlier in program order: an earlier operation, or an earlier task of the same one
         // (every live access is: tasks go live once processed, in task order).
         // If the earlier task waits for the writer's operation, it reads the new data, not the old.

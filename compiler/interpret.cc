@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -306,23 +307,36 @@ class Machine {
       case TaskKind::kGroupedGemmTile: {
         const View &x = t.views[0], &w = t.views[1], &y = t.views[2], &cn = t.views[3];
         const abi::GroupedGemmTileArgs ga = args_as<abi::GroupedGemmTileArgs>(t);
-        const int64_t G = w.shape[0], K = x.shape[1];
-        std::vector<int64_t> start(G + 1, 0);
-        const int64_t lead = product(cn.shape) / G;
-        for (int64_t g = 0; g < G; ++g) {
-          int64_t rows = 0;
+        const int64_t G = w.shape[0], K = x.shape[1], N = w.shape[2];
+        const int64_t lead = product(cn.shape) / G, nblocks = (N + ga.bn - 1) / ga.bn;
+        // The work items in their order (abi.h): by group, then column block, then tile of bm
+        // rows; (group, first row, end row, column block). Counts clamp to [0, capacity].
+        const int64_t cap = std::min(x.shape[0], y.shape[0]);
+        std::vector<std::array<int64_t, 4>> tiles;
+        for (int64_t g = 0, first = 0; g < G; ++g) {
+          int64_t n = 0;
           for (int64_t l = 0; l < lead; ++l)
-            rows += static_cast<int64_t>(buf(cn)[cn.offset + l * G + g]);
-          start[g + 1] = start[g] + rows;
+            n += static_cast<int64_t>(buf(cn)[cn.offset + l * G + g]);
+          n = std::max<int64_t>(n, 0);
+          for (int64_t bj = 0; bj < nblocks; ++bj) {
+            for (int64_t m0 = first; m0 < first + n; m0 += ga.bm)
+              tiles.push_back(std::array<int64_t, 4>{
+                  g, m0, std::min<int64_t>({first + n, m0 + ga.bm, std::max(m0, cap)}), bj});
+          }
+          first += n;
         }
-        for (int64_t r = ga.r0; r < ga.r1 && r < start[G]; ++r) {
-          int64_t g = 0;
-          while (start[g + 1] <= r) ++g;
-          for (int64_t n = ga.n0; n < ga.n1; ++n) {
-            double acc = 0;
-            for (int64_t k = 0; k < K; ++k) acc += buf(x)[flat(x, r, k)] * buf(w)[flat(w, g, k, n)];
-            if (ga.fn >= 0) acc = fn(ga.fn, {acc});
-            buf(y)[flat(y, r, n)] = acc;
+        const int64_t items = static_cast<int64_t>(tiles.size());
+        for (int64_t item = ga.worker; item < items; item += ga.workers) {
+          const auto [g, m0, m1, bj] = tiles[item];
+          const int64_t n0 = bj * ga.bn, n1 = std::min<int64_t>(N, n0 + ga.bn);
+          for (int64_t r = m0; r < m1; ++r) {
+            for (int64_t c = n0; c < n1; ++c) {
+              double acc = 0;
+              for (int64_t k = 0; k < K; ++k)
+                acc += buf(x)[flat(x, r, k)] * buf(w)[flat(w, g, k, c)];
+              if (ga.fn >= 0) acc = fn(ga.fn, {acc});
+              buf(y)[flat(y, r, c)] = acc;
+            }
           }
         }
         return;

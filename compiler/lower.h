@@ -16,7 +16,7 @@ struct LowerOptions {
   // Collectives of at most this many bytes per rank go one-shot under algo(auto).
   int64_t one_shot_max_bytes = 1 << 20;
   // Upper bound of a2a_send tasks per rank (row blocks of the dispatched tensor).
-  int64_t max_a2a_tasks_per_rank = 8;
+  int64_t max_a2a_tasks_per_rank = 128;
   // Multiprocessors of the target: a GEMM without tile(...) takes 128 x 256 tiles when they fill
   // every SM at least once, else 128 x 128.
   int64_t sms = 132;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "compiler/lowerer.h"
+#include "compiler/schedule.h"
 
 namespace mkc::plan {
 
@@ -81,33 +82,56 @@ void Lowerer::lower_gemm(int i) {
 }
 
 // grouped_gemm_tile (abi::GroupedGemmTileArgs): views {X, W, Y, counts}. Rows of X are grouped by
-// group in order; counts (summed over its leading dims) says how many rows each group has. Rows
-// past the total are not computed.
+// group in order; counts (summed over its leading dims) says how many rows each group has, at run
+// time. Each group's rows are cut into tiles of bm rows and each tile into column blocks of bn;
+// persistent workers, as many as the kernel has compute CTAs (schedule.h, compute_ctas), share
+// those items, each finding its items' groups and rows from counts when it runs. A rank has at
+// most min(rows, cdiv(rows, bm) + groups) tiles (every group adds at most one partial tile, and
+// every tile has a row), so no more workers than items are made.
+//
+// Where a worker's rows are is known only at run time, so its boxes are conservative: it reads all
+// of X, W and counts and writes Y as a scatter box (the workers of one operation write disjoint
+// elements by construction). Consumers of Y then wait for the whole operation through one
+// counter.
 void Lowerer::lower_grouped_gemm(int i) {
   const OpInstance& op = s_.ops[i];
   const int64_t rows = op.outputs[0].shape[0], N = op.outputs[0].shape[1];
-  const int64_t bm = op.tile.size() > 0 ? op.tile[0] : 128,
-                bn = op.tile.size() > 1 ? op.tile[1] : 128;
+  const int64_t groups = op.inputs[1].shape[0];
+  int64_t bm = 128, bn = 128;
+  if (op.tile.empty()) {
+    bn = N >= 256 ? 256 : 128;
+  } else {
+    bm = op.tile[0];
+    bn = op.tile.size() > 1 ? op.tile[1] : bn;
+  }
+  bool any_comm = false;
+  for (const OpInstance& o : s_.ops) any_comm = any_comm || compiler::op_is_comm(o.kind);
+  const int64_t items = std::min(rows, cdiv(rows, bm) + groups) * cdiv(N, bn);
+  const int64_t workers = std::max<int64_t>(
+      1, std::min(items, plan::compute_ctas(s_.roles, any_comm, true, opts_.sms)));
+  plan_.decisions.push_back(Decision{
+      name_of(op), fmt::format("tile({}, {}), {} workers", bm, bn, workers),
+      fmt::format("{}up to {} tiles x {} column blocks; one worker per compute CTA",
+                  op.tile.empty() ? "default tile; " : "", items / cdiv(N, bn), cdiv(N, bn))});
   const int counts = op.tensor_args.at("counts");
   for (int64_t r = 0; r < R(); ++r) {
-    for (int64_t b = 0; b < cdiv(rows, bm); ++b) {
-      for (int64_t bj = 0; bj < cdiv(N, bn); ++bj) {
-        Task t = task(i, r, TaskKind::kGroupedGemmTile,
-                      fmt::format("{}.tile({}, {})", name_of(op), b, bj));
-        const View x = view(op.inputs[0], r), w = view(op.inputs[1], r), y = view(op.outputs[0], r),
-                   c = whole(counts, r);
-        abi::GroupedGemmTileArgs g{};
-        g.r0 = b * bm;
-        g.r1 = std::min<int64_t>(rows, g.r0 + bm);
-        g.n0 = bj * bn;
-        g.n1 = std::min<int64_t>(N, g.n0 + bn);
-        g.fn = op.device_fn;
-        t.views = {x, w, y, c};
-        set_args(t, g);
-        t.reads = {box(x, {g.r0, 0}, {g.r1, x.shape[1]}), whole_box(w), whole_box(c)};
-        t.writes = {box(y, {g.r0, g.n0}, {g.r1, g.n1})};
-        emit(std::move(t));
-      }
+    for (int64_t w = 0; w < workers; ++w) {
+      Task t = task(i, r, TaskKind::kGroupedGemmTile, fmt::format("{}.worker({})", name_of(op), w));
+      const View x = view(op.inputs[0], r), wv = view(op.inputs[1], r), y = view(op.outputs[0], r),
+                 c = whole(counts, r);
+      abi::GroupedGemmTileArgs g{};
+      g.worker = w;
+      g.workers = workers;
+      g.bm = bm;
+      g.bn = bn;
+      g.fn = op.device_fn;
+      g.map_x = g.map_w = abi::kNoMap;  // code generation assigns TMA descriptors
+      t.views = {x, wv, y, c};
+      set_args(t, g);
+      t.reads = {whole_box(x), whole_box(wv), whole_box(c)};
+      t.writes = {whole_box(y)};
+      t.writes.back().scatter = true;
+      emit(std::move(t));
     }
   }
 }

@@ -68,6 +68,13 @@ int64_t task_cost(const Plan& p, const Task& t) {
 
 }  // namespace
 
+int64_t compute_ctas(const std::map<std::string, int64_t>& roles, bool any_comm, bool any_compute,
+                     int64_t sms) {
+  if (!roles.empty()) return roles.count("compute") ? roles.at("compute") : 0;
+  if (any_comm && any_compute) return sms - std::clamp<int64_t>(sms / 8, 1, 16);
+  return any_comm ? 0 : sms;
+}
+
 void schedule(Plan& plan, const ScheduleOptions& options) {
   const size_t n = plan.tasks.size();
   const std::vector<std::vector<int>> by_event = producers(plan);
@@ -126,14 +133,9 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
       throw UserError(fmt::format("schedule `{}`: roles ask for {} CTAs, the target has {} SMs",
                                   plan.schedule, compute + comm, options.sms));
     }
-  } else if (any_comm && any_compute) {
-    // About one CTA in eight drives communication (16 of 132 on an H200), at least one.
-    comm = std::clamp<int64_t>(options.sms / 8, 1, 16);
-    compute = options.sms - comm;
-  } else if (any_comm) {
-    comm = options.sms;
   } else {
-    compute = options.sms;
+    compute = compute_ctas(options.roles, any_comm, any_compute, options.sms);
+    comm = options.sms - compute;
   }
   plan.roles = {Role{"compute", 0, static_cast<int>(compute)},
                 Role{"comm", static_cast<int>(compute), static_cast<int>(comm)}};

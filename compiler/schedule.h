@@ -20,6 +20,13 @@ struct ScheduleOptions {
   std::map<std::string, int64_t> roles;  // from the schedule's `roles`; empty: chosen here
 };
 
+// The compute CTAs of a kernel with (or without) communication and compute work on `sms` SMs:
+// the schedule's `roles` when it names them, else about one CTA in eight drives communication
+// (16 of 132 on an H200, at least one) and the rest compute. The lowering sizes persistent
+// workers (grouped GEMMs) by it.
+int64_t compute_ctas(const std::map<std::string, int64_t>& roles, bool any_comm, bool any_compute,
+                     int64_t sms);
+
 // Throws UserError naming the cycle when the waits of `plan` form one.
 void schedule(Plan& plan, const ScheduleOptions& options);
 

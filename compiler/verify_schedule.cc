@@ -43,8 +43,11 @@ double interpreter_work(const Plan& p) {
       }
       case plan::TaskKind::kGroupedGemmTile: {
         const abi::GroupedGemmTileArgs g = plan::args_as<abi::GroupedGemmTileArgs>(t);
-        work += static_cast<double>(g.r1 - g.r0) * static_cast<double>(g.n1 - g.n0) *
-                static_cast<double>(t.views[0].shape[1]);
+        // A worker's share of the most items there can be.
+        const double items = static_cast<double>(t.views[0].shape[0]) / static_cast<double>(g.bm) +
+                             static_cast<double>(t.views[1].shape[0]);
+        work += items / static_cast<double>(g.workers) * static_cast<double>(g.bm) *
+                static_cast<double>(t.views[1].shape[2]) * static_cast<double>(t.views[0].shape[1]);
         break;
       }
       case plan::TaskKind::kAttentionTile: {

@@ -146,11 +146,18 @@ struct GemmTileArgs {
 };
 
 // grouped_gemm_tile: views {X, W, Y, counts}. Rows of X are grouped by group in order; counts
-// (summed over its leading dims) says how many rows each group has. Y[r0:r1, n0:n1] for the rows
-// below the total.
+// (summed over its leading dims) says how many rows each group has, known only at run time. Each
+// group's rows are cut into tiles of `bm` rows and the columns into blocks of `bn`; the work items
+// (tile, column block) are numbered in group order, within a group by column block, then by tile.
+// The operation's `workers` tasks share the items: task `worker` computes items worker,
+// worker + workers, ... below the run-time total: Y[rows, cols] = fn(X[rows, :] x W[group, :,
+// cols]). Counts are clamped to [0, capacity of X and Y].
 struct GroupedGemmTileArgs {
-  i64 r0, r1, n0, n1;
+  i64 worker, workers;
+  i64 bm, bn;
   i64 fn;
+  i64 map_x;  // TMA descriptors of X (2-D, bm x 64 boxes) and W (3-D, 64 x 64), or kNoMap
+  i64 map_w;
 };
 
 // map_tile: views {X1, ..., Xn, Y}: Y = fn(X1, ..., Xn) on rows [r0, r1) of the leading dim.
@@ -259,7 +266,7 @@ MKC_ABI_FN Range read_range(const i64* args, int* pos) {
 
 // Arguments of every fixed-layout kind are whole 64-bit words: the tables are arrays of them.
 static_assert(sizeof(GemmTileArgs) == 9 * 8, "gemm_tile has 9 arguments");
-static_assert(sizeof(GroupedGemmTileArgs) == 5 * 8, "grouped_gemm_tile has 5 arguments");
+static_assert(sizeof(GroupedGemmTileArgs) == 7 * 8, "grouped_gemm_tile has 7 arguments");
 static_assert(sizeof(MapTileArgs) == 3 * 8, "map_tile has 3 arguments");
 static_assert(sizeof(CopyArgs) == 2 * 8, "copy has 2 arguments");
 static_assert(sizeof(ReduceTileArgs) == 4 * 8, "reduce_tile has 4 arguments");

@@ -81,16 +81,6 @@ __device__ __forceinline__ void setmaxnreg_inc168() {}
 __device__ __forceinline__ void setmaxnreg_dec168() {}
 #endif
 
-// 3-D TMA load of the box at (c0 = column, c1 = row, c2 = slice) into shared memory.
-__device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, int c0, int c1, int c2,
-                                            u64* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
-      "{%2, %3, %4}], [%5];" ::"r"(smem_addr(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
-      : "memory");
-}
-
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

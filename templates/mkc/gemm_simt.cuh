@@ -70,40 +70,4 @@ __device__ void gemm_tile(const KernelArgs& a, const View* v, const long long* a
   }
 }
 
-// grouped_gemm_tile: rows grouped by group, Y[r, n0:n1] = fn(X[r, :] x W[g(r), :, n0:n1]) for r
-// in [r0, r1) below the total of counts. Args GroupedGemmTileArgs; views {X, W, Y, counts (i32,
-// [..., G])}.
-template <typename TX, typename TW, typename TY, typename Fn>
-__device__ void grouped_gemm_tile(const KernelArgs& a, const View* v, const long long* args, int nb,
-                                  Fn fn) {
-  const TX* X = view_ptr<TX>(a, v[0], nb);
-  const TW* W = view_ptr<TW>(a, v[1], nb);
-  TY* Y = view_ptr<TY>(a, v[2], nb);
-  const int* counts = view_ptr<int>(a, v[3], nb);
-  const long long G = v[1].shape[0], K = v[1].shape[1], N = v[1].shape[2];
-  const long long lead = elems_from(v[3], 0) / G;
-  __shared__ long long start[1025];
-  if (threadIdx.x == 0) {
-    start[0] = 0;
-    for (long long g = 0; g < G && g < 1024; ++g) {
-      long long rows = 0;
-      for (long long l = 0; l < lead; ++l) rows += counts[l * G + g];
-      start[g + 1] = start[g] + rows;
-    }
-  }
-  __syncthreads();
-  const long long total = start[G < 1024 ? G : 1024];
-  const abi::GroupedGemmTileArgs& gg = args_as<abi::GroupedGemmTileArgs>(args);
-  const long long r0 = gg.r0, r1 = gg.r1 < total ? gg.r1 : total, n0 = gg.n0, n1 = gg.n1;
-  const long long cols = n1 - n0;
-  for (long long i = threadIdx.x; r0 < r1 && i < (r1 - r0) * cols; i += blockDim.x) {
-    const long long r = r0 + i / cols, n = n0 + i % cols;
-    long long g = 0;
-    while (start[g + 1] <= r) ++g;
-    float acc = 0;
-    for (long long k = 0; k < K; ++k) acc += to_f32(X[r * K + k]) * to_f32(W[(g * K + k) * N + n]);
-    Y[r * N + n] = from_f32<TY>(fn(acc));
-  }
-}
-
 }  // namespace mkc

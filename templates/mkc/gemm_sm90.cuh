@@ -183,11 +183,13 @@ __device__ __forceinline__ void reset_pipeline(unsigned char* smem) {
 // One stage load: A box (k, row m), B boxes (columns n.., k), completing on full[n % stages]
 // after the consumers released the stage's previous use.
 // False when the stage never came free before the task's deadline (reported).
+// B is a 2-D [K, N] map, or with bz >= 0 slice bz of a 3-D [groups, K, N] one (a grouped GEMM's
+// weights: the zero fill then stops at the slice's K).
 template <int BM, int BN>
 __device__ __forceinline__ bool load_stage(const KernelArgs& a, unsigned n, unsigned char* ring,
                                            u64* full, u64* empty, const TensorMap* map_a,
                                            const TensorMap* map_b, long long m, long long nn,
-                                           int kt) {
+                                           int kt, int bz = -1) {
   using S = Shape<BM, BN>;
   const int s = n % S::kStages;
   if (n >= static_cast<unsigned>(S::kStages) &&
@@ -197,31 +199,46 @@ __device__ __forceinline__ bool load_stage(const KernelArgs& a, unsigned n, unsi
   mbar_expect_tx(full + s, S::kStageBytes);
   tma_load_2d(st, map_a, kt * kBK, static_cast<int>(m), full + s);
 #pragma unroll
-  for (int j = 0; j < BN / 64; ++j)
-    tma_load_2d(st + S::kABytes + j * (kBK * 128), map_b, static_cast<int>(nn) + 64 * j, kt * kBK,
-                full + s);
+  for (int j = 0; j < BN / 64; ++j) {
+    if (bz < 0) {
+      tma_load_2d(st + S::kABytes + j * (kBK * 128), map_b, static_cast<int>(nn) + 64 * j, kt * kBK,
+                  full + s);
+    } else {
+      tma_load_3d(st + S::kABytes + j * (kBK * 128), map_b, static_cast<int>(nn) + 64 * j, kt * kBK,
+                  bz, full + s);
+    }
+  }
   return true;
 }
 #endif
 
-// The task: args GemmTileArgs (abi.h), map_a and map_b set; views {A, B, C[, bias]}.
-// Needs kThreads threads and Shape<BM, BN>::kSmemBytes of dynamic shared memory (`smem`, reset by
-// reset_pipeline at kernel start). `next_args`/`next_v`: the CTA's next task when it is a task
-// of this same class with no waits (else null): once this task's loads are issued, the producer
-// loads the first stages of that task's first tile, so they arrive during this epilogue.
-template <typename TAB, typename TC, typename TBias, int BM, int BN, typename Fn>
-__device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long long* args, int nb,
-                              unsigned char* smem, const long long* next_args, const View* next_v,
-                              Fn fn) {
 #if MKC_HAS_WGMMA
+// What one run of the pipeline computes: C[m0:m1, n0:n1] (row stride ldc) from A's TMA map (rows
+// m0.., K columns) and B's (slice bz of a 3-D map when bz >= 0), plus bias.
+template <typename TC, typename TBias>
+struct TileJob {
+  long long m0, m1, n0, n1, K, ldc;
+  int bz;
+  const TensorMap* map_a;
+  const TensorMap* map_b;
+  TC* C;
+  const TBias* bias;
+};
+
+// The pipeline (see the top of this file) over one job. `args` identifies the task for the
+// cross-task prefetch; `next_args`/`next_v`: a GEMM tile of this class that may be prefetched
+// (GemmTileArgs), or null.
+template <typename TAB, typename TC, typename TBias, int BM, int BN, typename Fn>
+__device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, TBias>& job,
+                                         const long long* args, unsigned char* smem,
+                                         const long long* next_args, const View* next_v, Fn fn) {
   using S = Shape<BM, BN>;
   constexpr int kStages = S::kStages, WN = S::kWarpgroupN;
   static_assert(kStages <= 8, "the header holds 8 mbarriers of each kind");
-  TC* C = view_ptr<TC>(a, v[2], nb);
-  const abi::GemmTileArgs& g = args_as<abi::GemmTileArgs>(args);
-  const TBias* bias = g.has_bias ? view_ptr<TBias>(a, v[3], nb) : nullptr;
-  const long long m0 = g.m0, m1 = g.m1, n0 = g.n0, n1 = g.n1;
-  const long long K = v[0].shape[1], ldc = v[2].shape[1];
+  TC* C = job.C;
+  const TBias* bias = job.bias;
+  const long long m0 = job.m0, m1 = job.m1, n0 = job.n0, n1 = job.n1;
+  const long long K = job.K, ldc = job.ldc;
   PipeState* ps = reinterpret_cast<PipeState*>(smem);
   u64* full = reinterpret_cast<u64*>(smem + 64);
   u64* empty = reinterpret_cast<u64*>(smem + 128);
@@ -245,15 +262,15 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
   __syncthreads();
   if (wg == 0) {
     if (t == 0) {
-      const TensorMap* map_a = a.tensor_maps + g.map_a;
-      const TensorMap* map_b = a.tensor_maps + g.map_b;
+      const TensorMap* map_a = job.map_a;
+      const TensorMap* map_b = job.map_b;
       unsigned n = ps->next_load;
       int skip = ps->prefetched_args == args ? ps->prefetched : 0;
       bool ok = true;
       for (long long mt = m0; ok && mt < m1; mt += BM) {
         for (long long nt = n0; ok && nt < n1; nt += BN) {
           for (int kt = skip; ok && kt < ktiles; ++kt)
-            ok = load_stage<BM, BN>(a, n++, ring, full, empty, map_a, map_b, mt, nt, kt);
+            ok = load_stage<BM, BN>(a, n++, ring, full, empty, map_a, map_b, mt, nt, kt, job.bz);
           skip = 0;
         }
       }
@@ -317,6 +334,33 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
   }
   // The state is published before the next task reads it.
   __syncthreads();
+}
+#endif
+
+// The task: args GemmTileArgs (abi.h), map_a and map_b set; views {A, B, C[, bias]}.
+// Needs kThreads threads and Shape<BM, BN>::kSmemBytes of dynamic shared memory (`smem`, reset by
+// reset_pipeline at kernel start). `next_args`/`next_v`: the CTA's next task when it is a task
+// of this same class with no waits (else null): once this task's loads are issued, the producer
+// loads the first stages of that task's first tile, so they arrive during this epilogue.
+template <typename TAB, typename TC, typename TBias, int BM, int BN, typename Fn>
+__device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long long* args, int nb,
+                              unsigned char* smem, const long long* next_args, const View* next_v,
+                              Fn fn) {
+#if MKC_HAS_WGMMA
+  const abi::GemmTileArgs& g = args_as<abi::GemmTileArgs>(args);
+  TileJob<TC, TBias> job;
+  job.m0 = g.m0;
+  job.m1 = g.m1;
+  job.n0 = g.n0;
+  job.n1 = g.n1;
+  job.K = v[0].shape[1];
+  job.ldc = v[2].shape[1];
+  job.bz = -1;
+  job.map_a = a.tensor_maps + g.map_a;
+  job.map_b = a.tensor_maps + g.map_b;
+  job.C = view_ptr<TC>(a, v[2], nb);
+  job.bias = g.has_bias ? view_ptr<TBias>(a, v[3], nb) : nullptr;
+  gemm_run<TAB, TC, TBias, BM, BN>(a, job, args, smem, next_args, next_v, fn);
 #else
   (void)next_args;
   (void)next_v;

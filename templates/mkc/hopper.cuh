@@ -72,6 +72,16 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, int
       : "memory");
 }
 
+// 3-D TMA load of the box at (c0 = column, c1 = row, c2 = slice) into shared memory.
+__device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, int c0, int c1, int c2,
+                                            u64* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3, %4}], [%5];" ::"r"(smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
+}
+
 // wgmma shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride
 // byte offsets, all in 16-byte units (PTX ISA, "Matrix Descriptor Format").
 __device__ __forceinline__ u64 smem_desc(const void* p, unsigned lbo, unsigned sbo) {

@@ -1,9 +1,10 @@
 // Every task kind's device code, one header per stage kind (compiler/plan.h, MKC_TASK_KINDS):
 //   movement.cuh        copy, send (every put, shift and collective data phase)
 //   reduce.cuh          reduce_tile, reduce_slots
-//   gemm_simt.cuh       gemm_tile, grouped_gemm_tile (SIMT fallback; gemm_sm90/sm80 are fast)
-//   attention_simt.cuh  attention_tile (SIMT fallback)
-//   moe.cuh             a2a_counts, a2a_send, a2a_finish, combine_send, combine_reduce
+//   gemm_simt.cuh       gemm_tile (SIMT fallback; gemm_sm90/sm80 are fast)
+//   grouped_gemm.cuh    grouped_gemm_tile: its tile from the counts, SIMT fallback
+//   (grouped_gemm_sm90 is fast) attention_simt.cuh  attention_tile (SIMT fallback) moe.cuh
+//   a2a_counts, a2a_send, a2a_finish, combine_send, combine_reduce
 // built on views.cuh (addressing), sync.cuh (waits, signals, deadlines, errors), abi.h (the
 // host/device ABI) and types.cuh (element types). Each task function takes the kernel arguments,
 // the task's views and its arguments (the kind's struct in abi.h).
@@ -12,6 +13,7 @@
 
 #include "mkc/attention_simt.cuh"
 #include "mkc/gemm_simt.cuh"
+#include "mkc/grouped_gemm.cuh"
 #include "mkc/moe.cuh"
 #include "mkc/movement.cuh"
 #include "mkc/reduce.cuh"
