@@ -58,23 +58,17 @@ class Generator {
     classes();
     for (const Task* t : class_tasks_) {
       if (const int bn = tma_tile_n(*t)) {
-        // Three warpgroups (templates/mkc/gemm_sm90.cuh, Shape) and its shared-memory ring:
-        // as many stages of (A bm x 128 bytes + B bn x 128 bytes) as fit in 192 KB, at most 8,
-        // + 256 B of header + alignment slack.
-        const int stage = (tma_tile_m(*t) + bn) * 128;
-        const int stages = std::min(8, 196608 / stage);
         g.threads = 384;
-        g.dynamic_smem = std::max(g.dynamic_smem, stages * stage + 2048);
+        g.dynamic_smem = std::max(g.dynamic_smem, gemm_ring_bytes(tma_tile_m(*t), bn));
         // templates/mkc/gemm_sm80.cuh: two stages of A 128 x 40 and B 32 x 136 elements.
         g.portable_smem = 2 * (128 * 40 + 32 * 136) * 2 + 128;
       }
       if (const int bn = tma_grouped_n(*t)) {
         // The GEMM's pipeline (templates/mkc/grouped_gemm_sm90.cuh).
-        const int stage =
-            (static_cast<int>(plan::args_as<abi::GroupedGemmTileArgs>(*t).bm) + bn) * 128;
-        const int stages = std::min(8, 196608 / stage);
         g.threads = 384;
-        g.dynamic_smem = std::max(g.dynamic_smem, stages * stage + 2048);
+        g.dynamic_smem = std::max(
+            g.dynamic_smem,
+            gemm_ring_bytes(static_cast<int>(plan::args_as<abi::GroupedGemmTileArgs>(*t).bm), bn));
       }
       if (const int d = tma_attention_d(*t)) {
         // templates/mkc/attention_sm90.cuh, AttnShape: header 2048 + Q + the K,V stages.
@@ -163,6 +157,17 @@ class Generator {
     return key;
   }
 
+  // The dynamic shared memory of the wgmma GEMM pipeline for bm x bn tiles (three warpgroups,
+  // templates/mkc/gemm_sm90.cuh, Shape): as many stages of (A bm x 128 bytes + B bn x 128 bytes)
+  // as fit in 192 KB, at most 8, + 256 B of header + alignment slack.
+  static int gemm_ring_bytes(int bm, int bn) {
+    const int stage = (bm + bn) * 128;
+    return std::min(8, 196608 / stage) * stage + 2048;
+  }
+  // A view TMA can load: rows of a multiple of 16 bytes of a 16-bit type, a 16-byte aligned start.
+  static bool tma_rows_ok(const plan::View& v) {
+    return (v.shape.back() * 2) % 16 == 0 && (v.offset * 2) % 16 == 0;
+  }
   // The TMA + wgmma tile's N (128 or 256) for a GEMM task whose operands allow it, else 0.
   // TMA needs 16-byte aligned starts and row strides; wgmma takes bf16 or f16 A and B alike.
   int tma_tile_n(const Task& t) const {
@@ -171,9 +176,7 @@ class Generator {
     const compiler::DType ta = p_.buffers[a.buffer].dtype, tb = p_.buffers[b.buffer].dtype;
     if (ta != tb || (ta != compiler::DType::kBf16 && ta != compiler::DType::kF16)) return 0;
     if (a.shape.size() != 2 || b.shape.size() != 2) return 0;
-    for (const plan::View* v : {&a, &b}) {
-      if ((v->shape[1] * 2) % 16 != 0 || (v->offset * 2) % 16 != 0) return 0;
-    }
+    if (!tma_rows_ok(a) || !tma_rows_ok(b)) return 0;
     const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
     return g.n1 - g.n0 > 128 ? 256 : 128;
   }
@@ -185,9 +188,7 @@ class Generator {
     const compiler::DType tx = p_.buffers[x.buffer].dtype, tw = p_.buffers[w.buffer].dtype;
     if (tx != tw || (tx != compiler::DType::kBf16 && tx != compiler::DType::kF16)) return 0;
     if (x.shape.size() != 2 || w.shape.size() != 3) return 0;
-    for (const plan::View* v : {&x, &w}) {
-      if ((v->shape.back() * 2) % 16 != 0 || (v->offset * 2) % 16 != 0) return 0;
-    }
+    if (!tma_rows_ok(x) || !tma_rows_ok(w)) return 0;
     const abi::GroupedGemmTileArgs g = plan::args_as<abi::GroupedGemmTileArgs>(t);
     if ((g.bm != 64 && g.bm != 128) || g.bn > 256) return 0;
     return g.bn > 128 ? 256 : 128;
