@@ -81,9 +81,22 @@ __device__ __forceinline__ void begin_task(const KernelArgs& a, int t) {
   __syncthreads();
 }
 
+// Polling (experiments: -D through $MKC_NVRTC_OPTIONS). A waiting thread polls flat out (a 32 ns
+// sleep between loads) for its first kPollFast polls, then doubles the sleep up to
+// MKC_POLL_SLEEP_MAX_NS: a wait of microseconds costs nothing extra, and a hundred CTAs waiting
+// milliseconds for a dispatch do not load the memory system the producers need. The host-mapped
+// error flag (a PCIe read; such reads from every SM serialise) is read every MKC_FAILED_POLL_NS
+// of waiting.
+#ifndef MKC_POLL_SLEEP_MAX_NS
+#define MKC_POLL_SLEEP_MAX_NS 1024
+#endif
+#ifndef MKC_FAILED_POLL_NS
+#define MKC_FAILED_POLL_NS 100000
+#endif
+constexpr int kPollFast = 16;
+
 // Thread 0 waits for every wait of the task; false (after recording it) when the task's deadline
-// passes or another CTA already gave up. A read of the host-mapped error flag crosses PCIe, and
-// such reads from every SM serialise: it is read only while spinning, every 50 us.
+// passes or another CTA already gave up (polling as above).
 __device__ inline bool wait_all(const KernelArgs& a, const Wait* waits, int n) {
   if (n == 0) return true;
   TaskState& st = task_state();
@@ -98,20 +111,22 @@ __device__ inline bool wait_all(const KernelArgs& a, const Wait* waits, int n) {
       cuda::atomic_ref<u64, cuda::thread_scope_system> c(a.events[a.rank][w.event]);
       u64 seen = c.load(cuda::memory_order_relaxed);
       u64 looked = 0;
-      while (seen < target) {
+      unsigned sleep_ns = 32;
+      for (int polls = 0; seen < target; ++polls) {
         const u64 now = globaltimer();
         if (now > st.deadline) {
           report_failure(a, abi::kWaitTimeout, w.event, target, seen);
           break;
         }
-        if (now - looked > 50000) {
+        if (now - looked > MKC_FAILED_POLL_NS) {
           if (looked != 0 && launch_failed(a)) {
             st.failed = 1;
             break;
           }
           looked = now;
         }
-        __nanosleep(32);
+        __nanosleep(sleep_ns);
+        if (polls >= kPollFast && sleep_ns < MKC_POLL_SLEEP_MAX_NS) sleep_ns *= 2;
         seen = c.load(cuda::memory_order_relaxed);
       }
     }
