@@ -513,13 +513,15 @@ class Machine {
       }
       case TaskKind::kCombineSend: {
         const View &y = t.views[0], &origin = t.views[1], &xc = t.views[2];
-        const int64_t E = args_as<abi::ExpertsArgs>(t).experts, per = E / p_.ranks, H = y.shape[1];
+        const abi::CombineSendArgs ca = args_as<abi::CombineSendArgs>(t);
+        const int64_t per = ca.experts / p_.ranks, H = y.shape[1];
         int64_t total = 0;
         for (int64_t s = 0; s < p_.ranks; ++s) {
           for (int64_t le = 0; le < per; ++le)
             total += static_cast<int64_t>(buf(xc)[flat(xc, s, t.rank * per + le)]);
         }
-        for (int64_t p = 0; p < total; ++p) {
+        const int64_t p1 = total * (ca.part + 1) / ca.parts;
+        for (int64_t p = total * ca.part / ca.parts; p < p1; ++p) {
           const int64_t s = static_cast<int64_t>(buf(origin)[flat(origin, p, 0)]);
           const int64_t tok = static_cast<int64_t>(buf(origin)[flat(origin, p, 1)]);
           const int64_t k = static_cast<int64_t>(buf(origin)[flat(origin, p, 2)]);

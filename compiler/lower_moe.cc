@@ -79,8 +79,10 @@ void Lowerer::lower_alltoall(int i) {
 
 // combine: rows go back to the rank and row they came from, into back [T, K, H] (compiler
 // scratch, symmetric) of the source, which then sums them weighted by W.
-//   combine_send on d: views {Y_d, origin_d, xcounts_d, back_s...}; args {E}: every received row
-//     (as many as xcounts says) goes to back_s[t, k] of its origin.
+//   combine_send on d, parts j = 0 .. P - 1: views {Y_d, origin_d, xcounts_d, back_s...}; args
+//     {E, j, P}: part j of the received rows (as many as xcounts says, cut evenly at run time)
+//     goes to back_s[t, k] of its origin. P as for the dispatch's sends, so every CTA can take
+//     a part (plan/schedule.cc).
 //   combine_reduce on s: views {back_s, W_s or none, Out_s}; args {r0, r1, has_weights}:
 //     Out[t] = sum_k W[t, k] * back[t, k] for rows [r0, r1).
 void Lowerer::lower_combine(int i) {
@@ -92,17 +94,21 @@ void Lowerer::lower_combine(int i) {
   const int back =
       add_buffer(name_of(op) + ".back", s_.tensors[op.outputs[0].tensor].dtype, {T, K, H}, true);
   const auto w = op.tensor_args.find("weights");
+  const int64_t cap = op.inputs[0].shape[0];
+  const int64_t parts = std::max<int64_t>(1, std::min(cap, opts_.max_a2a_tasks_per_rank));
   for (int64_t d = 0; d < R(); ++d) {
-    Task t = task(i, d, TaskKind::kCombineSend, fmt::format("{}.send", name_of(op)));
-    t.views = {view(op.inputs[0], d), whole(origin, d), whole(xc, d)};
-    t.reads = {whole_box(t.views[0]), whole_box(t.views[1]), whole_box(t.views[2])};
-    for (int64_t s = 0; s < R(); ++s) {
-      t.views.push_back(whole(back, s));
-      t.writes.push_back(whole_box(t.views.back()));
-      t.writes.back().scatter = true;
+    for (int64_t j = 0; j < parts; ++j) {
+      Task t = task(i, d, TaskKind::kCombineSend, fmt::format("{}.send({})", name_of(op), j));
+      t.views = {view(op.inputs[0], d), whole(origin, d), whole(xc, d)};
+      t.reads = {whole_box(t.views[0]), whole_box(t.views[1]), whole_box(t.views[2])};
+      for (int64_t s = 0; s < R(); ++s) {
+        t.views.push_back(whole(back, s));
+        t.writes.push_back(whole_box(t.views.back()));
+        t.writes.back().scatter = true;
+      }
+      set_args(t, abi::CombineSendArgs{disp.ints.at("experts"), j, parts});
+      emit(std::move(t));
     }
-    set_args(t, abi::ExpertsArgs{disp.ints.at("experts")});
-    emit(std::move(t));
   }
   const int64_t rows_per = std::max<int64_t>(1, op.chunk.empty() ? T : op.chunk[0] * 64);
   for (int64_t s = 0; s < R(); ++s) {

@@ -100,6 +100,10 @@ enum class TaskKind {
 };
 const char* task_kind_name(TaskKind k);
 bool task_kind_is_comm(TaskKind k);
+// Moves of routed rows (the MoE dispatch's row sends, the combine's sends and sums): whatever
+// comes after them waits for all of them, so the compute CTAs would sit idle while a few comm
+// CTAs copy. The scheduler deals them to every CTA, whatever its role.
+bool task_kind_runs_anywhere(TaskKind k);
 
 // A region of a buffer that a task addresses: a contiguous sub-tensor (the buffer at a flat element
 // offset, viewed with `shape`) on `rank`.

@@ -148,7 +148,8 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
   std::vector<int> by_order(n);
   for (size_t t = 0; t < n; ++t) by_order[plan.tasks[t].order] = static_cast<int>(t);
   plan.cta_tasks.assign(plan.ranks, std::vector<std::vector<int>>(ctas));
-  std::vector<int64_t> next_compute(plan.ranks, 0), next_comm(plan.ranks, 0);
+  std::vector<int64_t> next_compute(plan.ranks, 0), next_comm(plan.ranks, 0),
+      next_any(plan.ranks, 0);
   std::vector<std::vector<int64_t>> comm_load(plan.ranks, std::vector<int64_t>(comm, 0));
   // A group's CTA, the same on every rank: groups take the comm CTAs in turn, shifted by one CTA
   // each round, so that a CTA's chunks do not all have the same owner (a two-shot all-reduce's
@@ -160,7 +161,10 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
     Task& task = plan.tasks[t];
     int cta;
     const bool on_comm = comm > 0 && (task_kind_is_comm(task.kind) || compute == 0);
-    if (on_comm) {
+    if (task_kind_runs_anywhere(task.kind)) {
+      // Row moves: every CTA in turn, comm CTAs first (they have no persistent worker after).
+      cta = static_cast<int>((compute + next_any[task.rank]++) % ctas);
+    } else if (on_comm) {
       std::vector<int64_t>& load = comm_load[task.rank];
       int64_t best = next_comm[task.rank] % comm;
       if (task.group >= 0) {

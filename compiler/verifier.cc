@@ -66,8 +66,9 @@ size_t fixed_args(TaskKind k) {
     case TaskKind::kA2aSend:
       return sizeof(abi::A2aSendArgs) / 8;
     case TaskKind::kA2aFinish:
-    case TaskKind::kCombineSend:
       return sizeof(abi::ExpertsArgs) / 8;
+    case TaskKind::kCombineSend:
+      return sizeof(abi::CombineSendArgs) / 8;
     case TaskKind::kCombineReduce:
       return sizeof(abi::CombineReduceArgs) / 8;
     case TaskKind::kSend:
@@ -654,9 +655,10 @@ class Verifier {
           }
           position_[t] = static_cast<int>(i);
           chain_[t] = static_cast<int>(r * ctas + c);
-          // A kind on a CTA of a role that runs it (bookkeeping tasks anywhere).
-          const bool bookkeeping =
-              task.kind == TaskKind::kLaunchFence || task.kind == TaskKind::kLaunchEnd;
+          // A kind on a CTA of a role that runs it (bookkeeping tasks and row moves anywhere).
+          const bool bookkeeping = task.kind == TaskKind::kLaunchFence ||
+                                   task.kind == TaskKind::kLaunchEnd ||
+                                   task_kind_runs_anywhere(task.kind);
           const bool on_comm = c >= comm_first && c < comm_first + comm_count;
           if (!bookkeeping && task_kind_is_comm(task.kind) && comm_count > 0 && !on_comm)
             add("cta", fmt::format("comm task {} runs on compute CTA {}", name(t), c), t);

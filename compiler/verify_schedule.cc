@@ -56,6 +56,10 @@ double interpreter_work(const Plan& p) {
                 static_cast<double>(t.views[0].shape[2] + t.views[2].shape[2]);
         break;
       }
+      case plan::TaskKind::kCombineSend:
+        // Whole boxes (the rows are known at run time), but each part moves its share of them.
+        work += touched / static_cast<double>(plan::args_as<abi::CombineSendArgs>(t).parts);
+        break;
       default:
         work += touched;
     }

@@ -220,10 +220,16 @@ struct A2aSendArgs {
 };
 
 // a2a_finish on rank d: views {xcounts_d, counts_d}: counts[s, e] = xcounts[s, d * E / R + e].
-// combine_send on rank d: views {Y_d, origin_d, xcounts_d, back_s...}: every received row goes
-// back to back_s[t, k] of its origin.
 struct ExpertsArgs {
   i64 experts;
+};
+
+// combine_send on rank d: views {Y_d, origin_d, xcounts_d, back_s...}: part `part` of `parts` of
+// the received rows (known at run time: [total * part / parts, total * (part + 1) / parts)) goes
+// back to back_s[t, k] of its origin.
+struct CombineSendArgs {
+  i64 experts;
+  i64 part, parts;
 };
 
 // combine_reduce on rank s: views {back_s, W_s (or back_s), Out_s}: Out[t] = sum_k W[t, k] *
@@ -274,7 +280,8 @@ static_assert(sizeof(AttentionTileArgs) == 11 * 8, "attention_tile has 11 argume
 static_assert(sizeof(SignalArgs) == 8, "signal has 1 argument");
 static_assert(sizeof(A2aCountsArgs) == 2 * 8, "a2a_counts has 2 arguments");
 static_assert(sizeof(A2aSendArgs) == 4 * 8, "a2a_send has 4 arguments");
-static_assert(sizeof(ExpertsArgs) == 8, "a2a_finish and combine_send have 1 argument");
+static_assert(sizeof(ExpertsArgs) == 8, "a2a_finish has 1 argument");
+static_assert(sizeof(CombineSendArgs) == 3 * 8, "combine_send has 3 arguments");
 static_assert(sizeof(CombineReduceArgs) == 3 * 8, "combine_reduce has 3 arguments");
 static_assert(sizeof(ReduceSlotsHead) == 3 * 8, "reduce_slots starts with 3 arguments");
 // The generated tables are brace-initialised in this field order.

@@ -22,17 +22,18 @@ __device__ __forceinline__ void copy_row_warp(T* dst, const T* src, long long H,
   if (H % V == 0 &&
       ((reinterpret_cast<unsigned long long>(dst) | reinterpret_cast<unsigned long long>(src)) &
        15) == 0) {
-    // Four 16-byte loads in flight per lane before their stores (a row is 14 KB at H = 7168).
+    // Eight 16-byte loads in flight per lane before their stores (4 KB per warp; a row is 14 KB
+    // at H = 7168): the copy is bound by the bytes in flight, not by instructions.
     const uint4* s = reinterpret_cast<const uint4*>(src);
     uint4* d = reinterpret_cast<uint4*>(dst);
     const long long n = H / V;
     long long i = lane;
-    for (; i + 96 < n; i += 128) {
-      const uint4 x0 = s[i], x1 = s[i + 32], x2 = s[i + 64], x3 = s[i + 96];
-      d[i] = x0;
-      d[i + 32] = x1;
-      d[i + 64] = x2;
-      d[i + 96] = x3;
+    for (; i + 7 * 32 < n; i += 8 * 32) {
+      uint4 x[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) x[u] = s[i + 32 * u];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) d[i + 32 * u] = x[u];
     }
     for (; i < n; i += 32) d[i] = s[i];
     return;
@@ -64,11 +65,60 @@ __device__ inline void a2a_counts(const KernelArgs& a, const View* v, const long
   }
 }
 
+// Exclusive prefix sum of x[0, n) in place, by the whole block (n <= kMoeBins); returns the sum.
+// Each thread sums a run of ceil(n / blockDim) values, the runs' sums are scanned by shuffles in
+// each warp and across warps, then each thread writes its run's prefix. Three block barriers.
+__device__ inline int block_exclusive_scan(int* x, int n) {
+  __shared__ int warp_sum[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int per = (n + blockDim.x - 1) / blockDim.x;
+  const int lo = threadIdx.x * per, hi = lo + per < n ? lo + per : n;
+  int own = 0;
+  for (int i = lo; i < hi; ++i) own += x[i];
+  int incl = own;
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) warp_sum[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int w = lane < warps ? warp_sum[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+      const int y = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += y;
+    }
+    warp_sum[lane] = w;
+  }
+  __syncthreads();
+  int run = (warp > 0 ? warp_sum[warp - 1] : 0) + incl - own;
+  for (int i = lo; i < hi; ++i) {
+    const int v = x[i];
+    x[i] = run;
+    run += v;
+  }
+  const int total = warp_sum[warps - 1];
+  __syncthreads();
+  return total;
+}
+
+// Pairs (row, k) of a send task placed at a time (shared memory: 4 bytes each).
+constexpr int kSendChunk = 1024;
+
 // MoE dispatch, step 2: rows [r0, r1) go to their experts' ranks, expert-major, then by source
-// rank, then in source order; origin records (source rank, row, k). Linear in the routing table:
-// per expert, the place of this task's first row (rows of d's lower experts from every source, of
-// lower source ranks, and this rank's (row, k) pairs before r0 — a shared-memory histogram), then
-// one warp per (row, k) adds the earlier pairs of the task's own rows and copies the row.
+// rank, then in source order; origin records (source rank, row, k). Linear in the routing table
+// and in the rows moved:
+//  - per expert e (of destination d), the place of this task's first row: the rows of d's lower
+//    experts from every source (an exclusive block scan of the counts summed over sources), this
+//    expert's rows from lower source ranks, and this rank's (row, k) pairs before r0 (a
+//    shared-memory histogram);
+//  - then kSendChunk pairs at a time, warp 0 gives each pair its place in source order (32 pairs
+//    a step: __match_any_sync groups the lanes of one expert, the lowest lane bumps the expert's
+//    next place), and every warp copies rows, one (row, k) pair per warp, 16 bytes per lane.
+// Experts are taken kMoeBins at a time; a destination's experts may straddle two windows (`carry`
+// keeps the scan's running total and the start of the destination that straddles).
 // Args A2aSendArgs; views {X, route, xcounts (this rank's, [R, E]), Y_d..., origin_d...}.
 template <typename T>
 __device__ void a2a_send(const KernelArgs& a, const View* v, const long long* args, int nb,
@@ -80,42 +130,76 @@ __device__ void a2a_send(const KernelArgs& a, const View* v, const long long* ar
   const long long r0 = s.r0, r1 = s.r1, E = s.experts, K = s.k, per = E / ranks, H = v[0].shape[1];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   int* base = moe_bins();
+  __shared__ int before[kMoeBins];  // exclusive scan of rows per expert (all sources)
+  __shared__ int place[kSendChunk];
+  __shared__ long long carry[2];  // scan total of earlier windows; start of a straddling group
+  if (threadIdx.x == 0) carry[0] = carry[1] = 0;
   for (long long e0 = 0; e0 < E; e0 += kMoeBins) {
-    const long long bins = E - e0 < kMoeBins ? E - e0 : kMoeBins;
-    for (long long i = threadIdx.x; i < bins; i += blockDim.x) base[i] = 0;
+    const int bins = static_cast<int>(E - e0 < kMoeBins ? E - e0 : kMoeBins);
+    for (int i = threadIdx.x; i < bins; i += blockDim.x) {
+      const long long e = e0 + i;
+      int all = 0, lower = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const int c = xc[r * E + e];
+        all += c;
+        lower += r < a.rank ? c : 0;
+      }
+      before[i] = all;
+      base[i] = lower;
+    }
     __syncthreads();
     for (long long i = threadIdx.x; i < r0 * K; i += blockDim.x) {
       const long long e = route[i] - e0;
       if (e >= 0 && e < bins) atomicAdd(base + e, 1);
     }
-    __syncthreads();
-    for (long long i = threadIdx.x; i < bins; i += blockDim.x) {
-      const long long e = e0 + i, d = e / per;
-      long long off = 0;
-      for (long long e2 = d * per; e2 < e; ++e2) {
-        for (int r = 0; r < ranks; ++r) off += xc[r * E + e2];
-      }
-      for (int r = 0; r < a.rank; ++r) off += xc[r * E + e];
-      base[i] += static_cast<int>(off);
+    const int total = block_exclusive_scan(before, bins);  // its barriers order the histogram
+    const long long done = carry[0];
+    for (int i = threadIdx.x; i < bins; i += blockDim.x) {
+      const long long g = (e0 + i) / per * per;  // the destination's first expert
+      const long long start = g >= e0 ? before[g - e0] + done : carry[1];
+      base[i] += static_cast<int>(before[i] + done - start);
     }
     __syncthreads();
-    for (long long p = r0 * K + warp; p < r1 * K; p += warps) {
-      const long long e = route[p];
-      if (e < e0 || e >= e0 + bins) continue;
-      long long pos = 0;
-      for (long long i = r0 * K + lane; i < p; i += 32) pos += route[i] == e;
-      for (int o = 16; o > 0; o /= 2) pos += __shfl_xor_sync(0xffffffffu, pos, o);
-      pos += base[e - e0];
-      const long long tok = p / K, k = p % K, d = e / per;
-      copy_row_warp(view_ptr<T>(a, v[3 + d], nb) + pos * H, X + tok * H, H, lane);
-      if (lane == 0) {
-        int* origin = view_ptr<int>(a, v[3 + ranks + d], nb);
-        origin[pos * 3 + 0] = a.rank;
-        origin[pos * 3 + 1] = static_cast<int>(tok);
-        origin[pos * 3 + 2] = static_cast<int>(k);
-      }
+    if (threadIdx.x == 0) {
+      const long long g = (e0 + bins) / per * per;  // the group that goes on in the next window
+      if (g >= e0 && g < e0 + bins) carry[1] = before[g - e0] + done;
+      carry[0] = done + total;
     }
-    __syncthreads();
+    for (long long c0 = r0 * K; c0 < r1 * K; c0 += kSendChunk) {
+      const long long c1 = c0 + kSendChunk < r1 * K ? c0 + kSendChunk : r1 * K;
+      if (warp == 0) {
+        for (long long p0 = c0; p0 < c1; p0 += 32) {
+          const long long p = p0 + lane;
+          const long long e = p < c1 ? route[p] - e0 : -1;
+          const bool mine = e >= 0 && e < bins;
+          const unsigned same = __match_any_sync(0xffffffffu, mine ? e : -1);
+          const int first = __ffs(same) - 1;
+          int at = 0;
+          if (mine && lane == first) {
+            at = base[e];
+            base[e] = at + __popc(same);
+          }
+          at = __shfl_sync(0xffffffffu, at, first);
+          if (p < c1) place[p - c0] = mine ? at + __popc(same & ((1u << lane) - 1)) : -1;
+          __syncwarp();
+        }
+      }
+      __syncthreads();
+      for (long long p = c0 + warp; p < c1; p += warps) {
+        const int pos = place[p - c0];
+        if (pos < 0) continue;
+        const long long tok = p / K, k = p % K, d = (route[p]) / per;
+        copy_row_warp(view_ptr<T>(a, v[3 + d], nb) + pos * H, X + tok * H, H, lane);
+        if (lane == 0) {
+          int* origin = view_ptr<int>(a, v[3 + ranks + d], nb);
+          origin[pos * 3 + 0] = a.rank;
+          origin[pos * 3 + 1] = static_cast<int>(tok);
+          origin[pos * 3 + 2] = static_cast<int>(k);
+        }
+      }
+      __syncthreads();
+    }
+    __syncthreads();  // thread 0 read `before` for the carry
   }
 }
 
@@ -130,21 +214,31 @@ __device__ inline void a2a_finish(const KernelArgs& a, const View* v, const long
     counts[i] = xc[(i / per) * E + a.rank * per + i % per];
 }
 
-// MoE combine, step 1: every received row back to back_s[row, k] of its origin. One warp per row.
-// Args ExpertsArgs; views {Y, origin, xcounts, back_s...}.
+// MoE combine, step 1: part `part` of `parts` of the received rows back to back_s[row, k] of their
+// origin (the parts split the run-time total evenly). One warp per row.
+// Args CombineSendArgs; views {Y, origin, xcounts, back_s...}.
 template <typename T>
 __device__ void combine_send(const KernelArgs& a, const View* v, const long long* args, int nb,
                              int ranks) {
   const T* Y = view_ptr<T>(a, v[0], nb);
   const int* origin = view_ptr<int>(a, v[1], nb);
   const int* xc = view_ptr<int>(a, v[2], nb);
-  const long long E = args_as<abi::ExpertsArgs>(args).experts, per = E / ranks, H = v[0].shape[1];
-  long long total = 0;
-  for (int s = 0; s < ranks; ++s) {
-    for (long long le = 0; le < per; ++le) total += xc[s * E + a.rank * per + le];
-  }
+  const abi::CombineSendArgs& cs = args_as<abi::CombineSendArgs>(args);
+  const long long E = cs.experts, per = E / ranks, H = v[0].shape[1];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (long long p = warp; p < total; p += warps) {
+  // The total by warp 0 (a lane per expert), then to every thread.
+  __shared__ long long received;
+  if (warp == 0) {
+    long long n = 0;
+    for (long long i = lane; i < ranks * per; i += 32)
+      n += xc[(i / per) * E + a.rank * per + i % per];
+    for (int o = 16; o > 0; o /= 2) n += __shfl_xor_sync(0xffffffffu, n, o);
+    if (lane == 0) received = n;
+  }
+  __syncthreads();
+  const long long total = received;
+  const long long p0 = total * cs.part / cs.parts, p1 = total * (cs.part + 1) / cs.parts;
+  for (long long p = p0 + warp; p < p1; p += warps) {
     const int s = origin[p * 3], tok = origin[p * 3 + 1], k = origin[p * 3 + 2];
     T* back = view_ptr<T>(a, v[3 + s], nb);
     const long long K = v[3 + s].shape[1];
