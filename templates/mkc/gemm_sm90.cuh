@@ -185,11 +185,12 @@ __device__ __forceinline__ void reset_pipeline(unsigned char* smem) {
 // False when the stage never came free before the task's deadline (reported).
 // B is a 2-D [K, N] map, or with bz >= 0 slice bz of a 3-D [groups, K, N] one (a grouped GEMM's
 // weights: the zero fill then stops at the slice's K).
+// `kc`: the stage's first K element.
 template <int BM, int BN>
 __device__ __forceinline__ bool load_stage(const KernelArgs& a, unsigned n, unsigned char* ring,
                                            u64* full, u64* empty, const TensorMap* map_a,
                                            const TensorMap* map_b, long long m, long long nn,
-                                           int kt, int bz = -1) {
+                                           int kc, int bz = -1) {
   using S = Shape<BM, BN>;
   const int s = n % S::kStages;
   if (n >= static_cast<unsigned>(S::kStages) &&
@@ -197,15 +198,15 @@ __device__ __forceinline__ bool load_stage(const KernelArgs& a, unsigned n, unsi
     return false;
   unsigned char* st = ring + s * S::kStageBytes;
   mbar_expect_tx(full + s, S::kStageBytes);
-  tma_load_2d(st, map_a, kt * kBK, static_cast<int>(m), full + s);
+  tma_load_2d(st, map_a, kc, static_cast<int>(m), full + s);
 #pragma unroll
   for (int j = 0; j < BN / 64; ++j) {
     if (bz < 0) {
-      tma_load_2d(st + S::kABytes + j * (kBK * 128), map_b, static_cast<int>(nn) + 64 * j, kt * kBK,
+      tma_load_2d(st + S::kABytes + j * (kBK * 128), map_b, static_cast<int>(nn) + 64 * j, kc,
                   full + s);
     } else {
-      tma_load_3d(st + S::kABytes + j * (kBK * 128), map_b, static_cast<int>(nn) + 64 * j, kt * kBK,
-                  bz, full + s);
+      tma_load_3d(st + S::kABytes + j * (kBK * 128), map_b, static_cast<int>(nn) + 64 * j, kc, bz,
+                  full + s);
     }
   }
   return true;
@@ -214,10 +215,11 @@ __device__ __forceinline__ bool load_stage(const KernelArgs& a, unsigned n, unsi
 
 #if MKC_HAS_WGMMA
 // What one run of the pipeline computes: C[m0:m1, n0:n1] (row stride ldc) from A's TMA map (rows
-// m0.., K columns) and B's (slice bz of a 3-D map when bz >= 0), plus bias.
+// m0.., columns k0 .. K) and B's (rows k0 .. K; slice bz of a 3-D map when bz >= 0), plus bias.
+// k0 is a multiple of 64 (a split-K part); K is where this job's K ends.
 template <typename TC, typename TBias>
 struct TileJob {
-  long long m0, m1, n0, n1, K, ldc;
+  long long m0, m1, n0, n1, k0, K, ldc;
   int bz;
   const TensorMap* map_a;
   const TensorMap* map_b;
@@ -225,9 +227,139 @@ struct TileJob {
   const TBias* bias;
 };
 
-// The pipeline (see the top of this file) over one job. `args` identifies the task for the
-// cross-task prefetch; `next_args`/`next_v`: a GEMM tile of this class that may be prefetched
-// (GemmTileArgs), or null.
+// One consumer warpgroup's main loop over a tile's `ktiles` stages from ring position c (advanced
+// past them): acc = the sum of the stages' wgmma products, each stage given back to the producer
+// as soon as the next one's wgmma are issued. False when a stage never arrived before the task's
+// deadline (reported).
+template <typename TAB, int BM, int BN>
+__device__ __forceinline__ bool consume_tile(const KernelArgs& a,
+                                             float (&acc)[Shape<BM, BN>::kWarpgroupN / 2],
+                                             unsigned& c, int ktiles, const unsigned char* ring,
+                                             u64* full, u64* empty, int row_off, int col_off,
+                                             int t) {
+  using S = Shape<BM, BN>;
+  constexpr int kStages = S::kStages, WN = S::kWarpgroupN;
+#pragma unroll
+  for (int i = 0; i < WN / 2; ++i) acc[i] = 0.0f;
+  for (int kt = 0; kt < ktiles; ++kt, ++c) {
+    const int s = c % kStages;
+    if (!mbar_wait(a, full + s, (c / kStages) & 1, s)) {
+      wgmma_wait<0>();
+      return false;
+    }
+    const unsigned char* st = ring + s * S::kStageBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      // A: this warpgroup's 64 rows, K-major; 16 elements of K = 32 bytes along the row.
+      const u64 da = smem_desc(st + row_off * 128 + kk * 32, 16, 1024);
+      // B: N-major, 16 rows of K = 2 KB down; 64-column boxes 8 KB apart (leading), groups of 8
+      // K rows 1 KB apart (stride); this warpgroup's columns start col_off / 64 boxes in.
+      const u64 db = smem_desc(st + S::kABytes + (col_off / 64) * (kBK * 128) + kk * 16 * 128,
+                               kBK * 128, 1024);
+      wgmma_tile<TAB, WN>(acc, da, db);
+    }
+    wgmma_commit();
+    // The stage before is done with: give it back to the producer.
+    wgmma_wait<1>();
+    if (kt > 0 && t == 0) mbar_arrive(empty + (c - 1) % kStages);
+  }
+  wgmma_wait<0>();
+  if (t == 0) mbar_arrive(empty + (c - 1) % kStages);
+  return true;
+}
+
+// The pipeline (see the top of this file) over jobs(0) .. jobs(njobs - 1), one after the other
+// with no break between them: the producer loads the next job's stages while the consumers run
+// the last one's epilogue. `jobs(j)` returns the TileJob (every thread calls it, the consumers
+// again for each tile's epilogue instead of holding the job in registers: it must be cheap and give
+// every thread the same answer, e.g. a list in shared memory). No cross-task prefetch either way
+// (a list's rows are known only when it runs). gemm_run below is the one-job
+// version, the job in registers: kept apart because the GEMM tile needs every register (the
+// list version's loop shape costs the plain tile 12 B of spills).
+template <typename TAB, typename TC, typename TBias, int BM, int BN, typename Jobs, typename Fn>
+__device__ __forceinline__ void gemm_run_jobs(const KernelArgs& a, int njobs, Jobs jobs,
+                                              const long long* args, unsigned char* smem, Fn fn) {
+  using S = Shape<BM, BN>;
+  constexpr int kStages = S::kStages, WN = S::kWarpgroupN;
+  static_assert(kStages <= 8, "the header holds 8 mbarriers of each kind");
+  PipeState* ps = reinterpret_cast<PipeState*>(smem);
+  u64* full = reinterpret_cast<u64*>(smem + 64);
+  u64* empty = reinterpret_cast<u64*>(smem + 128);
+  unsigned char* ring = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<unsigned long long>(smem) + kHeaderBytes + 1023) & ~1023ull);
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  // A ring of another geometry (or none) is drained (no other class prefetches into it): start
+  // afresh.
+  if (threadIdx.x == 0 && ps->bn != S::kKey) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    ps->bn = S::kKey;
+    ps->next_load = ps->next_consume = 0;
+    ps->prefetched = 0;
+    ps->prefetched_args = nullptr;
+  }
+  __syncthreads();
+  if (wg == 0) {
+    if (t == 0) {
+      unsigned n = ps->next_load;
+      int skip = ps->prefetched_args == args ? ps->prefetched : 0;
+      bool ok = true;
+      for (int j = 0; ok && j < njobs; ++j) {
+        const TileJob<TC, TBias> job = jobs(j);
+        const int ktiles = static_cast<int>((job.K - job.k0 + kBK - 1) / kBK);
+        for (long long mt = job.m0; ok && mt < job.m1; mt += BM) {
+          for (long long nt = job.n0; ok && nt < job.n1; nt += BN) {
+            for (int kt = skip; ok && kt < ktiles; ++kt)
+              ok = load_stage<BM, BN>(a, n++, ring, full, empty, job.map_a, job.map_b, mt, nt,
+                                      static_cast<int>(job.k0) + kt * kBK, job.bz);
+            skip = 0;
+          }
+        }
+      }
+      ps->next_load = n;
+      ps->prefetched = 0;
+      ps->prefetched_args = nullptr;
+    }
+  } else {
+    const int w = wg - 1;
+    unsigned c = ps->next_consume;
+    // This warpgroup's part of each tile: rows row_off.., columns col_off..
+    const int row_off = BM == 128 ? 64 * w : 0, col_off = BM == 128 ? 0 : WN * w;
+    bool ok = true;
+    for (int j = 0; ok && j < njobs; ++j) {
+      // Only small integers stay live across the main loop; the job is fetched again for the
+      // epilogue (a list of jobs in shared memory is re-read, not held in registers).
+      int ktiles, mtiles, ntiles;
+      {
+        const TileJob<TC, TBias> job = jobs(j);
+        ktiles = static_cast<int>((job.K - job.k0 + kBK - 1) / kBK);
+        mtiles = job.m1 > job.m0 ? static_cast<int>((job.m1 - job.m0 + BM - 1) / BM) : 0;
+        ntiles = job.n1 > job.n0 ? static_cast<int>((job.n1 - job.n0 + BN - 1) / BN) : 0;
+      }
+      for (int tile = 0; ok && tile < mtiles * ntiles; ++tile) {
+        float acc[WN / 2];
+        ok = consume_tile<TAB, BM, BN>(a, acc, c, ktiles, ring, full, empty, row_off, col_off, t);
+        if (!ok) break;
+        const TileJob<TC, TBias> job = jobs(j);
+        const long long mt = job.m0 + static_cast<long long>(tile / ntiles) * BM;
+        const long long nt = job.n0 + static_cast<long long>(tile % ntiles) * BN;
+        store_tile<TC, TBias, WN>(acc, job.C, job.ldc, job.bias, mt + row_off, nt + col_off, job.m1,
+                                  job.n1, t, fn);
+      }
+    }
+    if (threadIdx.x == 128) ps->next_consume = c;
+  }
+  // The state is published before the next task reads it.
+  __syncthreads();
+}
+
+// The pipeline (see the top of this file) over one job, the job held in registers. `args`
+// identifies the task for the cross-task prefetch; `next_args`/`next_v`: a GEMM tile of this class
+// that may be prefetched (GemmTileArgs), or null.
 template <typename TAB, typename TC, typename TBias, int BM, int BN, typename Fn>
 __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, TBias>& job,
                                          const long long* args, unsigned char* smem,
@@ -244,7 +376,7 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
   u64* empty = reinterpret_cast<u64*>(smem + 128);
   unsigned char* ring = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<unsigned long long>(smem) + kHeaderBytes + 1023) & ~1023ull);
-  const int ktiles = static_cast<int>((K + kBK - 1) / kBK);
+  const int ktiles = static_cast<int>((K - job.k0 + kBK - 1) / kBK);
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   // A ring of another geometry (or none) is drained (no other class prefetches into it): start
   // afresh.
@@ -270,7 +402,8 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
       for (long long mt = m0; ok && mt < m1; mt += BM) {
         for (long long nt = n0; ok && nt < n1; nt += BN) {
           for (int kt = skip; ok && kt < ktiles; ++kt)
-            ok = load_stage<BM, BN>(a, n++, ring, full, empty, map_a, map_b, mt, nt, kt, job.bz);
+            ok = load_stage<BM, BN>(a, n++, ring, full, empty, map_a, map_b, mt, nt,
+                                    static_cast<int>(job.k0) + kt * kBK, job.bz);
           skip = 0;
         }
       }
@@ -283,7 +416,8 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
         const TensorMap* next_a = a.tensor_maps + next.map_a;
         const TensorMap* next_b = a.tensor_maps + next.map_b;
         for (int kt = 0; ok && kt < pre; ++kt)
-          ok = load_stage<BM, BN>(a, n++, ring, full, empty, next_a, next_b, next.m0, next.n0, kt);
+          ok = load_stage<BM, BN>(a, n++, ring, full, empty, next_a, next_b, next.m0, next.n0,
+                                  kt * kBK);
       }
       ps->next_load = n;
       ps->prefetched = pre;
@@ -353,6 +487,7 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
   job.m1 = g.m1;
   job.n0 = g.n0;
   job.n1 = g.n1;
+  job.k0 = 0;
   job.K = v[0].shape[1];
   job.ldc = v[2].shape[1];
   job.bz = -1;
