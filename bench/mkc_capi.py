@@ -36,6 +36,10 @@ class Mkc:
     def sync(self, k):
         self.check(self.lib.mkc_synchronize(k, self.err, len(self.err)), "synchronize")
 
+    def trace(self, k, path):
+        """One traced launch of `k`, written to `path` (Chrome/Perfetto JSON)."""
+        self.check(self.lib.mkc_trace(k, path.encode(), self.err, len(self.err)), "trace")
+
     def paths(self, k):
         out = ctypes.create_string_buffer(4096)
         self.lib.mkc_paths(k, out, len(out))

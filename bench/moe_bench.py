@@ -10,6 +10,7 @@ output against PyTorch's, both against an fp32 reference on a few experts), then
 events: the median of --reps runs of --iters calls. --csv FILE writes one row per case.
 
   python3 bench/moe_bench.py --lib .device/bin/libmkc.so [--tokens 128,4096] [--routing uniform]
+      [--trace DIR]
 """
 import argparse
 import csv
@@ -67,6 +68,8 @@ def main():
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--csv", default="")
+    ap.add_argument("--trace", default="", help="directory: one traced launch per case, "
+                    "<case>_T<T>.json (summarise with tools/trace_summary.py)")
     args = ap.parse_args()
     mkc = Mkc(args.lib)
     gen = torch.Generator().manual_seed(0)
@@ -99,6 +102,8 @@ def main():
         nan = torch.isnan(Y).sum().item()
         t_mkc = time_us(lambda: mkc.launch(kern, stream), args.iters, args.reps)
         mkc.sync(kern)
+        if args.trace:
+            mkc.trace(kern, os.path.join(args.trace, f"moe_dispatch_gemm_T{T}.json"))
         t_fc1 = time_us(lambda: grouped_mm(Xs, W1, offs), args.iters, args.reps)
         # Weights of experts that got rows, once, plus the rows in and out.
         nbytes = int((counts > 0).sum().item()) * H * Fd * 2 + T * K * (H + Fd) * 2
@@ -143,6 +148,8 @@ def main():
         nan = torch.isnan(Y).sum().item()
         t_mkc = time_us(lambda: mkc.launch(kern, stream), args.iters, args.reps)
         mkc.sync(kern)
+        if args.trace:
+            mkc.trace(kern, os.path.join(args.trace, f"moe_ffn_combine_T{T}.json"))
         t_torch = time_us(torch_moe, args.iters, args.reps)
         print(f"{T:>6} | {t_mkc:>9.1f} | {t_torch:>9.1f} | {t_torch / t_mkc:>11.3f} | {err:.2e}"
               f" (NaN {nan})", flush=True)

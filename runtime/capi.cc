@@ -99,6 +99,14 @@ int mkc_synchronize(mkc_kernel* k, char* err, int err_len) {
   });
 }
 
+int mkc_trace(mkc_kernel* k, const char* path, char* err, int err_len) {
+  return guarded(err, err_len, [&] {
+    if (k == nullptr || path == nullptr) throw mkc::UserError("mkc_trace: null argument");
+    k->kernel.synchronize();
+    k->kernel.trace(path);
+  });
+}
+
 int mkc_paths(mkc_kernel* k, char* out, int out_len) {
   if (k == nullptr) {
     put("mkc_paths: null kernel", out, out_len);

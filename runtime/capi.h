@@ -34,6 +34,9 @@ int mkc_data(mkc_kernel* k, const char* name, int rank, void** data, char* err, 
  * on one GPU the same stream serves all of them). */
 int mkc_launch_async(mkc_kernel* k, void* stream, char* err, int err_len);
 int mkc_synchronize(mkc_kernel* k, char* err, int err_len);
+/* One traced launch (waits for it): every task's start and end per CTA, written to `path` as
+ * Chrome/Perfetto trace JSON, as `mkc run --trace` writes it. */
+int mkc_trace(mkc_kernel* k, const char* path, char* err, int err_len);
 /* One line per task class of the kernel: the device code it runs (tensor cores or SIMT). */
 int mkc_paths(mkc_kernel* k, char* out, int out_len);
 void mkc_free(mkc_kernel* k);
