@@ -10,8 +10,9 @@ runs of one bench (two machines, before and after a change) share a figure, one 
 What is drawn comes from the column names, so a table with columns missing, added or empty still
 plots what it has:
   x axis    the first of `bytes`, `m`, `lines` with numbers that tell the rows apart (log scale
-            when it spans a lot), else the `case` labels in order
-  panels    times (`*_us`, `*_ms`), ratios (`*_over_*`), rates (`*tflops`, `*_gbs`); a panel
+            when it spans a lot), else the `case` labels in order (where `case` does not tell
+            the rows apart: the parameter columns that do, e.g. `S=16384 D=128 causal=1`)
+  panels    times (`*_us`, `*_ms`), ratios (`*_over_*`, `ratio*`), rates (`*tflops`, `*_gbs`); a panel
             without a number in it is left out
 Cells that are empty or not numbers (n/a) are skipped. Needs matplotlib (the GPU machines have
 it); nothing else outside the standard library.
@@ -26,7 +27,7 @@ import sys
 X_COLUMNS = ("bytes", "m", "lines")
 PANELS = (
     ("time", lambda c: c.endswith("_us") or c.endswith("_ms")),
-    ("ratio", lambda c: "_over_" in c),
+    ("ratio", lambda c: "_over_" in c or c == "ratio" or c.startswith("ratio_")),
     ("rate", lambda c: c.endswith("tflops") or c.endswith("_gbs")),
 )
 
@@ -76,6 +77,35 @@ def x_axis(runs):
     return "case", False
 
 
+def measured(column):
+    """True for a column that holds a result rather than a case's parameter."""
+    return (any(wanted(column) for _, wanted in PANELS) or column.startswith("rel_")
+            or column in ("paths", "unwritten", "ok", "registers", "spill_bytes"))
+
+
+def row_labels(runs):
+    """A label for each row (key: run index, row index): its `case`, or, where `case` does not
+    tell the rows apart, the parameters that do (e.g. `S=16384 D=128 causal=1`)."""
+    all_rows = [r for _, rows in runs for r in rows]
+    cases = [(r.get("case") or "").strip() for r in all_rows]
+    keys = [c for c in all_rows[0].keys()
+            if c and not measured(c) and len({(r.get(c) or "").strip() for r in all_rows}) > 1]
+    labels = {}
+    for ri, (_, rows) in enumerate(runs):
+        for i, r in enumerate(rows):
+            if len(set(cases)) == len(cases) and cases[0]:
+                label = (r.get("case") or "").strip()
+            else:
+                parts = []
+                for c in keys:
+                    v = (r.get(c) or "").strip()
+                    if v:
+                        parts.append(v if c == "case" else f"{c}={v}")
+                label = " ".join(parts) or str(i)
+            labels[(ri, i)] = label
+    return labels
+
+
 def spread(values):
     positive = [v for v in values if v is not None and v > 0]
     return max(positive) / min(positive) if len(positive) >= 2 else 1.0
@@ -104,16 +134,15 @@ def draw(bench, runs, out_dir, plt):
                 print(f"plot.py: {bench}: {stem} has no numbers in `{x_col}`, left out",
                       file=sys.stderr)
     labels = []
+    row_label = row_labels(runs)
     if not numeric:
-        for _, rows in runs:
-            for i, r in enumerate(rows):
-                label = (r.get("case") or "").strip() or str(i)
-                if label not in labels:
-                    labels.append(label)
+        for key in row_label.values():
+            if key not in labels:
+                labels.append(key)
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), squeeze=False)
     for (title, cols), ax in zip(panels, axes[:, 0]):
         values = []
-        for stem, rows in runs:
+        for ri, (stem, rows) in enumerate(runs):
             for c in cols:
                 pts = []
                 for i, r in enumerate(rows):
@@ -121,7 +150,7 @@ def draw(bench, runs, out_dir, plt):
                     if numeric:
                         x = number(r.get(x_col))
                     else:
-                        x = labels.index((r.get("case") or "").strip() or str(i))
+                        x = labels.index(row_label[(ri, i)])
                     if x is not None and y is not None:
                         pts.append((x, y))
                 if not pts:
