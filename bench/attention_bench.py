@@ -10,7 +10,6 @@ Prints µs, TFLOP/s and the ratios; --csv FILE writes one row per case.
   python3 bench/attention_bench.py --lib .device/bin/libmkc.so [--shapes 4096x128x0,...]
 """
 import argparse
-import csv
 import math
 import os
 import sys
@@ -19,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from mkc_capi import Mkc, rel_l2, time_us
+from mkc_capi import Mkc, rel_l2, time_us, write_csv
 
 
 def main():
@@ -122,11 +121,7 @@ def main():
         mkc.free(ring)
         mkc.free(alone)
     if args.csv:
-        keys = sorted({k for r in rows for k in r})
-        with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=keys)
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(args.csv, rows)
 
 
 if __name__ == "__main__":

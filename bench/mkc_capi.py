@@ -1,8 +1,10 @@
 """mkc's C API (runtime/capi.h, libmkc.so) from Python, and the timing the Python benches share.
 
 Used by bench/attention_bench.py and bench/moe_bench.py: compile a schedule with -D values, bind
-PyTorch tensors by name, launch on a stream; time a callable with CUDA events.
+PyTorch tensors by name, launch on a stream; time a callable with CUDA events; write the rows
+as a --csv table.
 """
+import csv
 import ctypes
 import statistics
 
@@ -68,3 +70,12 @@ def time_us(fn, iters, reps):
 def rel_l2(a, b):
     a, b = a.float(), b.float()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def write_csv(path, rows):
+    """The bench's rows (dicts) as a CSV table, every column any row has, sorted by name."""
+    keys = sorted({k for r in rows for k in r})
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)

@@ -13,14 +13,13 @@ events: the median of --reps runs of --iters calls. --csv FILE writes one row pe
       [--trace DIR]
 """
 import argparse
-import csv
 import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
-from mkc_capi import Mkc, rel_l2, time_us
+from mkc_capi import Mkc, rel_l2, time_us, write_csv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -160,11 +159,7 @@ def main():
         del X, Y, ref
         torch.cuda.empty_cache()
     if args.csv:
-        keys = sorted({k for r in rows for k in r})
-        with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=keys)
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(args.csv, rows)
 
 
 if __name__ == "__main__":
