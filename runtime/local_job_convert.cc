@@ -147,7 +147,11 @@ void LocalJob::upload(int rank, int buffer, const std::vector<double>& values) {
   Rank& rk = local(rank, "upload");
   synchronize();
   CtxScope scope(d, rk.ctx);
-  MKC_CU(d, cuMemcpyHtoD, address(rank, buffer), bytes.data(), bytes.size());
+  // On the rank's stream, waited for: the kernel runs on that (non-blocking) stream, which does
+  // not wait for the legacy default stream's copies (a pageable copy may still be in flight when
+  // cuMemcpyHtoD returns).
+  MKC_CU(d, cuMemcpyHtoDAsync, address(rank, buffer), bytes.data(), bytes.size(), rk.stream);
+  MKC_CU(d, cuStreamSynchronize, rk.stream);
 }
 
 std::vector<double> LocalJob::download(int rank, int buffer) {
@@ -161,7 +165,8 @@ std::vector<double> LocalJob::download(int rank, int buffer) {
     Rank& rk = local(rank, "download");
     synchronize();
     CtxScope scope(d, rk.ctx);
-    MKC_CU(d, cuMemcpyDtoH, bytes.data(), address(rank, buffer), bytes.size());
+    MKC_CU(d, cuMemcpyDtoHAsync, bytes.data(), address(rank, buffer), bytes.size(), rk.stream);
+    MKC_CU(d, cuStreamSynchronize, rk.stream);
   }
   return decode_values(b.dtype, bytes);
 }
@@ -172,8 +177,13 @@ void LocalJob::poison(int rank, int buffer) {
   Rank& rk = local(rank, "poison");
   synchronize();
   CtxScope scope(d, rk.ctx);
-  MKC_CU(d, cuMemsetD8, address(rank, buffer), 0xFF,
-         static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype));
+  // On the rank's stream, waited for (a memset of device memory on the legacy default stream
+  // returns before it is done, and the kernel's non-blocking stream does not wait for it: the
+  // kernel's writes could be poisoned after the fact, the "unwritten" outputs seen once in the
+  // seventh session and twice in the eighth).
+  MKC_CU(d, cuMemsetD8Async, address(rank, buffer), 0xFF,
+         static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype), rk.stream);
+  MKC_CU(d, cuStreamSynchronize, rk.stream);
 }
 
 }  // namespace mkc::rt
