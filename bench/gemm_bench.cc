@@ -41,10 +41,13 @@ namespace rt = mkc::rt;
 using Shape = mkc::bench::GemmShape;
 using mkc::bench::Cublas;
 
-// The shapes, then one that is a multiple of no tile dimension.
-const std::vector<Shape> kDefaultShapes = {{8192, 8192, 8192},  {4096, 8192, 4096},
-                                           {2048, 8192, 14336}, {128, 8192, 14336},
-                                           {4096, 8192, 7168},  {3000, 5000, 4000}};
+// Large shapes; skinny ones (decode and small batches: M 16-256 rows against a wide weight, where
+// split-K applies); two that are multiples of no tile dimension.
+const std::vector<Shape> kDefaultShapes = {
+    {8192, 8192, 8192}, {4096, 8192, 7168}, {2048, 8192, 14336}, {16, 8192, 7168},
+    {64, 8192, 7168},   {128, 8192, 7168},  {256, 8192, 7168},   {16, 8192, 14336},
+    {64, 8192, 14336},  {128, 8192, 14336}, {256, 8192, 14336},  {3000, 5000, 4000},
+    {1000, 3000, 520}};
 
 // Makes rank 0's context current for a scope.
 struct Current {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "support/check.h"
@@ -93,6 +94,11 @@ class Generator {
         roles += fmt::format(" {} CTAs [{}, {})", r.name, r.first_cta, r.first_cta + r.count);
     }
     line(fmt::format("// Roles:{}; {} threads per CTA.", roles, g.threads));
+    if (has_proxy_) {
+      line(fmt::format("// Nodes of {} ranks: edges between them go through the host proxy.",
+                       p_.ranks_per_node));
+      line("#define MKC_HAS_PROXY 1");
+    }
     if (g.threads == 384) {
       // Beside the wgmma tiles (168 registers a thread) the reductions move one vector at a time:
       // more in flight spills.
@@ -137,6 +143,7 @@ class Generator {
   // The key of a task's class: its kind, the element types of its views, its device function.
   std::string class_key(const Task& t) const {
     std::string key = plan::task_kind_name(t.kind);
+    if (proxied_send(t)) key += ":proxy";
     for (const plan::View& v : t.views)
       key += std::string(":") + compiler::dtype_name(p_.buffers[v.buffer].dtype);
     if (t.kind == TaskKind::kGemmTile) {
@@ -390,7 +397,8 @@ class Generator {
           }
           break;
         case TaskKind::kSend:
-          line(fmt::format("  mkc::send_box<{}>(a, v, args, kBuffers, nargs);", type_of(t, 0)));
+          line(fmt::format("  mkc::{}<{}>(a, v, args, kBuffers, nargs);",
+                           proxied_send(t) ? "proxy_send_box" : "send_box", type_of(t, 0)));
           break;
         case TaskKind::kReduceSlots:
           line(fmt::format("  mkc::reduce_slots<{}>(a, v, args, kBuffers);", type_of(t, 0)));
@@ -476,12 +484,15 @@ class Generator {
       if (!targs.empty()) args += fmt::format("    {},\n", fmt::join(targs, ", "));
       na += static_cast<int>(targs.size());
       for (const plan::Wait& w : t.waits) {
-        waits += fmt::format("    {{{}, {}, {}}},\n", w.event, w.count, w.lag);
+        waits += fmt::format("    {{{}, {}, {}, {}}},\n", w.event, w.count, w.lag,
+                             proxy_events_.count(w.event) ? 1 : 0);
         ++nw;
       }
       for (const plan::Signal& s : t.signals) {
         sigs += fmt::format("    {{{}, {}, {}}},\n", s.event, p_.events[s.event].rank,
-                            s.handoff == plan::HandOff::kLocal ? 0 : 1);
+                            s.handoff == plan::HandOff::kLocal      ? abi::kScopeGpu
+                            : s.handoff == plan::HandOff::kPeerFlag ? abi::kScopeSystem
+                                                                    : abi::kScopeProxy);
         ++ns;
       }
     }
@@ -549,8 +560,24 @@ class Generator {
     line("}");
   }
 
+  // A send into a rank of another node (its data goes through the proxy).
+  bool proxied_send(const Task& t) const {
+    return t.kind == TaskKind::kSend && p_.node_of(t.views[1].rank) != p_.node_of(t.rank);
+  }
+  // Events raised through the proxy (their waits add the proxy's counter), and whether any is.
+  static std::set<int> proxy_events(const Plan& p) {
+    std::set<int> out;
+    for (const Task& t : p.tasks) {
+      for (const plan::Signal& s : t.signals)
+        if (s.handoff == plan::HandOff::kProxy) out.insert(s.event);
+    }
+    return out;
+  }
+
   const Plan& p_;
   const CodegenOptions& o_;
+  const std::set<int> proxy_events_ = proxy_events(p_);
+  const bool has_proxy_ = !proxy_events_.empty();
   std::string out_;
   std::map<std::string, int> class_of_;
   std::map<TensorMapSpec, int> map_index_;
@@ -576,19 +603,24 @@ uint64_t fnv1a(std::string_view data, uint64_t seed) {
 }
 
 Generated generate(const plan::Plan& plan, const CodegenOptions& options) {
-  // Edges between nodes: the plan, the verifier and the interpreter carry them (`mkc verify
-  // --ranks-per-node`), and the proxy runs on the host (runtime/net); the kernel's side of them
-  // (request ring writes, proxy counters in its waits) is not generated yet.
+  // Edges between nodes: a task may write into another node's memory only as a send from its own
+  // rank's memory (the proxy reads this rank's heap and writes the destination's); signals to
+  // another node are proxy requests of their own.
   for (const plan::Task& t : plan.tasks) {
-    for (const plan::Signal& s : t.signals) {
-      if (s.handoff != plan::HandOff::kProxy) continue;
+    for (const plan::Box& b : t.writes) {
+      if (plan.node_of(b.rank) == plan.node_of(t.rank)) continue;
+      const bool send = t.kind == plan::TaskKind::kSend;
+      if (send && t.views[0].rank == t.rank && t.views[1].rank == b.rank) continue;
       throw UserError(fmt::format(
-          "schedule `{}` at {} ranks, {} per node: task `{}` on rank {} signals rank {} on "
-          "another node; mkc does not generate kernels with inter-node edges yet (the plan is "
-          "checked: `mkc verify --ranks-per-node {}` runs it on the CPU): compile for one node "
-          "(--ranks-per-node {})",
+          "schedule `{}` at {} ranks, {} per node: task `{}` on rank {} ({}) writes into rank "
+          "{} on another node; {}: run it inside one node (--ranks-per-node {}), or check its "
+          "plan on the CPU with `mkc verify --ranks-per-node {}`",
           plan.schedule, plan.ranks, plan.ranks_per_node, t.label, t.rank,
-          plan.events[s.event].rank, plan.ranks_per_node, plan.ranks));
+          plan::task_kind_name(t.kind), b.rank,
+          send ? "the proxy sends only from the sending rank's own memory"
+               : "mkc's kernels move data between nodes only by sends (the MoE all-to-all and "
+                 "combine do not cross nodes yet)",
+          plan.ranks, plan.ranks_per_node));
     }
   }
   return Generator(plan, options).run();

@@ -289,14 +289,14 @@ class Machine {
       case TaskKind::kGemmTile: {
         const View &a = t.views[0], &b = t.views[1], &c = t.views[2];
         const abi::GemmTileArgs g = args_as<abi::GemmTileArgs>(t);
-        const int64_t m0 = g.m0, m1 = g.m1, n0 = g.n0, n1 = g.n1, K = a.shape[1];
+        const int64_t m0 = g.m0, m1 = g.m1, n0 = g.n0, n1 = g.n1, k0 = g.k0, k1 = g.k1;
         for (int64_t m = m0; m < m1; ++m) {
           for (int64_t n = n0; n < n1; ++n) {
             double acc = 0;
             const std::vector<double>& av = buf(a);
             const std::vector<double>& bv = buf(b);
             const int64_t arow = flat(a, m, 0), bcol = flat(b, 0, n), N = b.shape[1];
-            for (int64_t k = 0; k < K; ++k) acc += av[arow + k] * bv[bcol + k * N];
+            for (int64_t k = k0; k < k1; ++k) acc += av[arow + k] * bv[bcol + k * N];
             if (g.has_bias) acc += buf(t.views[3])[flat(t.views[3], n)];
             if (g.fn >= 0) acc = fn(g.fn, {acc});
             buf(c)[flat(c, m, n)] = acc;

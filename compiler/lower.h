@@ -20,6 +20,9 @@ struct LowerOptions {
   // Multiprocessors of the target: a GEMM without tile(...) takes 128 x 256 tiles when they fill
   // every SM at least once, else 128 x 128.
   int64_t sms = 132;
+  // Split K over the compute CTAs that a skinny GEMM's tiles would leave idle
+  // (compiler/lower_compute.cc, lower_gemm).
+  bool split_k = true;
   // The most tasks a rank's part of the plan may have: the kernel's task tables, the source NVRTC
   // compiles and the compile time grow with them. Past it, lowering stops with a UserError
   // naming the operation, at its .mks place when `file` is given.

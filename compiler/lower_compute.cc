@@ -13,22 +13,48 @@ using compiler::OpInstance;
 using compiler::OpKind;
 using compiler::TensorUse;
 
-// gemm_tile (abi::GemmTileArgs): views {A, B, C[, bias]}; C[m0:m1, n0:n1] = fn(A[m0:m1, :] x
-// B[:, n0:n1] (+ bias)). Without tile(...), the tile is chosen by shape (the decision is in the
-// plan).
+// The compute CTAs of the kernel this schedule becomes (schedule.h, compute_ctas).
+static int64_t kernel_compute_ctas(const compiler::CheckedSchedule& s, int64_t sms) {
+  bool any_comm = false;
+  for (const OpInstance& o : s.ops) any_comm = any_comm || compiler::op_is_comm(o.kind);
+  return plan::compute_ctas(s.roles, any_comm, true, sms);
+}
+
+// gemm_tile (abi::GemmTileArgs): views {A, B, C[, bias]}; C[m0:m1, n0:n1] = fn(A[m0:m1, k0:k1] x
+// B[k0:k1, n0:n1] (+ bias)). Without tile(...), the tile is chosen by shape (the decision is in
+// the plan).
+//
+// Split-K: when the tiles would keep at most half the compute CTAs busy (skinny GEMMs: decode,
+// small batches), most SMs would sit idle while a few stream the whole of B. K is then cut into
+// S parts of whole 64-wide steps: gemm_tile tasks write f32 partial sums into the compiler's
+// buffer `<op>.partials` [S, M, N], and reduce_tile tasks (a sum over its first axis, a few rows
+// of C each) write C. Only without an epilogue function or bias (they apply to the sum), with
+// K >= 2048 (each part keeps a pipeline's worth of steps) and plain row order (rows_from orders
+// tiles by arriving chunks).
 void Lowerer::lower_gemm(int i) {
   const OpInstance& op = s_.ops[i];
   const int64_t M = op.outputs[0].shape[0], N = op.outputs[0].shape[1];
+  const int64_t K = op.inputs[0].shape[1];
+  const auto bias = op.tensor_args.find("bias");
+  const int64_t ctas = kernel_compute_ctas(s_, opts_.sms);
+  const bool splittable = op.device_fn == abi::kNoFn && bias == op.tensor_args.end() &&
+                          !op.has_rows_from && K >= 2048 && opts_.split_k;
   int64_t bm = 128, bn = 128, bk = 64;
+  std::string why;
   if (op.tile.empty()) {
     // The default: the wide tile (half the operand traffic per flop of 128 x 128) when there
     // are enough of them to occupy every SM; else the narrow one, for twice the parallelism.
-    // Few rows: 64-row tiles, twice as many CTAs busy (decode-like shapes, skinny GEMMs).
+    // Few rows: 64-row tiles, twice as many CTAs busy (decode-like shapes, skinny GEMMs), or,
+    // where split-K applies, the wide tile (64 or 128 rows) with K split over the idle CTAs.
     const int64_t wide = cdiv(M, 128) * cdiv(N, 256), square = cdiv(M, 128) * cdiv(N, 128);
-    std::string why;
     if (wide >= opts_.sms) {
       bn = 256;
       why = fmt::format("{} tiles of 128 x 256 >= {} SMs", wide, opts_.sms);
+    } else if (splittable && 2 * wide <= ctas) {
+      bm = M <= 64 ? 64 : 128;
+      bn = 256;
+      why =
+          fmt::format("{} tiles of {} x 256 fill at most half of {} compute CTAs", wide, bm, ctas);
     } else if (square >= opts_.sms) {
       why =
           fmt::format("{} tiles of 128 x 256 < {} SMs <= {} of 128 x 128", wide, opts_.sms, square);
@@ -36,15 +62,29 @@ void Lowerer::lower_gemm(int i) {
       bm = 64;
       why = fmt::format("{} tiles of 128 x 128 < {} SMs", square, opts_.sms);
     }
-    plan_.decisions.push_back(
-        Decision{name_of(op), fmt::format("tile({}, {}, {})", bm, bn, bk), "default: " + why});
   } else {
     bm = op.tile[0];
     bn = op.tile.size() > 1 ? op.tile[1] : bn;
     bk = op.tile.size() > 2 ? op.tile[2] : bk;
+    why = "tile(...)";
   }
   const int64_t mb = cdiv(M, bm), nb = cdiv(N, bn);
-  const auto bias = op.tensor_args.find("bias");
+  // Split-K parts: as many as the idle compute CTAs allow, each at least 1024 deep, at most 8.
+  int64_t parts = 1, part_k = K;
+  if (splittable && 2 * mb * nb <= ctas) {
+    const int64_t step = std::max<int64_t>(64, bk);
+    parts = std::clamp<int64_t>(std::min(ctas / (mb * nb), K / 1024), 1, 8);
+    part_k = cdiv(cdiv(K, parts), step) * step;
+    parts = cdiv(K, part_k);
+    if (parts > 1)
+      why += fmt::format("; split-K: {} parts of {} (of K {}) for {} tiles on {} compute CTAs",
+                         parts, part_k, K, mb * nb, ctas);
+  }
+  plan_.decisions.push_back(Decision{name_of(op), fmt::format("tile({}, {}, {})", bm, bn, bk),
+                                     (op.tile.empty() ? "default: " : "") + why});
+  const int partials =
+      parts > 1 ? add_buffer(name_of(op) + ".partials", compiler::DType::kF32, {parts, M, N}, false)
+                : -1;
   for (int64_t r = 0; r < R(); ++r) {
     const int64_t start =
         op.has_rows_from ? ((compiler::evaluate(op.rows_from, r, s_) % mb) + mb) % mb : 0;
@@ -52,31 +92,59 @@ void Lowerer::lower_gemm(int i) {
     // at the same time (consecutive tasks, dealt round-robin) then share A rows and B columns
     // in L2. A rotated start (rows_from) keeps plain row order: chunks arrive in that order.
     const int64_t group = op.has_rows_from ? 1 : 8;
+    const View a = view(op.inputs[0], r), bv = view(op.inputs[1], r), c = view(op.outputs[0], r);
     for (int64_t idx = 0; idx < mb * nb; ++idx) {
       const int64_t g0 = idx / (group * nb) * group, gsize = std::min(group, mb - g0);
       const int64_t within = idx - g0 * nb;
       const int64_t b = (start + g0 + within % gsize) % mb, bj = within / gsize;
-      Task t = task(i, r, TaskKind::kGemmTile, fmt::format("{}.tile({}, {})", name_of(op), b, bj));
-      const View a = view(op.inputs[0], r), bv = view(op.inputs[1], r), c = view(op.outputs[0], r);
-      abi::GemmTileArgs g{};
-      g.m0 = b * bm;
-      g.m1 = std::min<int64_t>(M, g.m0 + bm);
-      g.n0 = bj * bn;
-      g.n1 = std::min<int64_t>(N, g.n0 + bn);
-      g.k_step = bk;
-      g.fn = op.device_fn;
-      g.has_bias = bias != op.tensor_args.end() ? 1 : 0;
-      g.map_a = g.map_b = abi::kNoMap;  // code generation assigns TMA descriptors
-      t.views = {a, bv, c};
-      set_args(t, g);
-      t.reads = {box(a, {g.m0, 0}, {g.m1, a.shape[1]}), box(bv, {0, g.n0}, {bv.shape[0], g.n1})};
-      if (g.has_bias) {
-        const View bb = whole(bias->second, r);
-        t.views.push_back(bb);
-        t.reads.push_back(box(bb, {g.n0}, {g.n1}));
+      for (int64_t part = 0; part < parts; ++part) {
+        Task t = task(i, r, TaskKind::kGemmTile,
+                      parts > 1 ? fmt::format("{}.tile({}, {}, k{})", name_of(op), b, bj, part)
+                                : fmt::format("{}.tile({}, {})", name_of(op), b, bj));
+        // A part's output: its [M, N] slice of the partials.
+        const View out = parts > 1 ? View{static_cast<int>(r), partials, part * M * N, {M, N}} : c;
+        abi::GemmTileArgs g{};
+        g.m0 = b * bm;
+        g.m1 = std::min<int64_t>(M, g.m0 + bm);
+        g.n0 = bj * bn;
+        g.n1 = std::min<int64_t>(N, g.n0 + bn);
+        g.k_step = bk;
+        g.fn = op.device_fn;
+        g.has_bias = bias != op.tensor_args.end() ? 1 : 0;
+        g.map_a = g.map_b = abi::kNoMap;  // code generation assigns TMA descriptors
+        g.k0 = part * part_k;
+        g.k1 = std::min<int64_t>(K, g.k0 + part_k);
+        t.views = {a, bv, out};
+        set_args(t, g);
+        t.reads = {box(a, {g.m0, g.k0}, {g.m1, g.k1}), box(bv, {g.k0, g.n0}, {g.k1, g.n1})};
+        if (g.has_bias) {
+          const View bb = whole(bias->second, r);
+          t.views.push_back(bb);
+          t.reads.push_back(box(bb, {g.n0}, {g.n1}));
+        }
+        t.writes = {box(out, {g.m0, g.n0}, {g.m1, g.n1})};
+        emit(std::move(t));
       }
-      t.writes = {box(c, {g.m0, g.n0}, {g.m1, g.n1})};
-      emit(std::move(t));
+    }
+    if (parts == 1) continue;
+    // The sum of the parts, spread over every compute CTA: pieces of about M * N / CTAs
+    // elements (at least 1024), each a run of one row or whole rows of C.
+    const View pv{static_cast<int>(r), partials, 0, {parts, M, N}};
+    const int64_t per = std::max<int64_t>(1024, cdiv(M * N, ctas));
+    const int64_t pieces = N >= per ? cdiv(N, per) : 1;                  // per row
+    const int64_t cols = pieces > 1 ? cdiv(cdiv(N, pieces), 8) * 8 : N;  // per piece
+    const int64_t rows_per = pieces > 1 ? 1 : std::clamp<int64_t>(per / N, 1, M);
+    for (int64_t r0 = 0, n = 0; r0 < M; r0 += rows_per) {
+      const int64_t r1 = std::min(M, r0 + rows_per);
+      for (int64_t c0 = 0; c0 < N; c0 += cols, ++n) {
+        const int64_t c1 = std::min(N, c0 + cols);
+        Task t = task(i, r, TaskKind::kReduceTile, fmt::format("{}.sum({})", name_of(op), n));
+        t.views = {pv, c};
+        set_args(t, abi::ReduceTileArgs{r0 * N + c0, (r1 - 1) * N + c1, 0, abi::kSum});
+        t.reads = {box(pv, {0, r0, c0}, {parts, r1, c1})};
+        t.writes = {box(c, {r0, c0}, {r1, c1})};
+        emit(std::move(t));
+      }
     }
   }
 }
@@ -104,11 +172,8 @@ void Lowerer::lower_grouped_gemm(int i) {
     bm = op.tile[0];
     bn = op.tile.size() > 1 ? op.tile[1] : bn;
   }
-  bool any_comm = false;
-  for (const OpInstance& o : s_.ops) any_comm = any_comm || compiler::op_is_comm(o.kind);
   const int64_t items = std::min(rows, cdiv(rows, bm) + groups) * cdiv(N, bn);
-  const int64_t workers = std::max<int64_t>(
-      1, std::min(items, plan::compute_ctas(s_.roles, any_comm, true, opts_.sms)));
+  const int64_t workers = std::max<int64_t>(1, std::min(items, kernel_compute_ctas(s_, opts_.sms)));
   plan_.decisions.push_back(Decision{
       name_of(op), fmt::format("tile({}, {}), {} workers", bm, bn, workers),
       fmt::format("{}up to {} tiles x {} column blocks; one worker per compute CTA",

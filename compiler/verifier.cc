@@ -225,8 +225,8 @@ class Verifier {
         break;
       case TaskKind::kGemmTile: {
         const abi::GemmTileArgs g = args_as<abi::GemmTileArgs>(t);
-        rows(0, g.m0, g.m1, false);
-        out.push_back(Touch{1, {0, g.n0}, {t.views[1].shape[0], g.n1}, false});
+        out.push_back(Touch{0, {g.m0, g.k0}, {g.m1, g.k1}, false});
+        out.push_back(Touch{1, {g.k0, g.n0}, {g.k1, g.n1}, false});
         out.push_back(Touch{2, {g.m0, g.n0}, {g.m1, g.n1}, true});
         if (g.has_bias) out.push_back(Touch{3, {g.n0}, {g.n1}, false});
         break;
@@ -249,7 +249,8 @@ class Verifier {
       }
       case TaskKind::kReduceTile: {
         // Elements [y0, y1) of Y reduce over `axis` of X: when they are whole rows of Y, the
-        // rows of X they come from; else all of X.
+        // rows of X they come from; a run inside one row of a 2-D Y reduced over axis 0, that
+        // run in every slice of X; else all of X.
         const abi::ReduceTileArgs r = args_as<abi::ReduceTileArgs>(t);
         const std::vector<int64_t>& ys = t.views[1].shape;
         int64_t row = 1;
@@ -262,6 +263,11 @@ class Verifier {
             rows(0, r0, r1, false);
           }
           rows(1, r0, r1, true);
+        } else if (r.axis == 0 && ys.size() == 2 && r.y0 < r.y1 && r.y0 / row == (r.y1 - 1) / row) {
+          // A run inside one row of a 2-D Y (split-K's sums): that run of the row in every slice.
+          const int64_t y = r.y0 / row, c0 = r.y0 % row, c1 = c0 + (r.y1 - r.y0);
+          out.push_back(Touch{0, {0, y, c0}, {t.views[0].shape[0], y + 1, c1}, false});
+          out.push_back(Touch{1, {y, c0}, {y + 1, c1}, true});
         } else {
           whole(0, false);
           whole(1, true);

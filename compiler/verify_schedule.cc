@@ -38,7 +38,7 @@ double interpreter_work(const Plan& p) {
       case plan::TaskKind::kGemmTile: {
         const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
         work += static_cast<double>(g.m1 - g.m0) * static_cast<double>(g.n1 - g.n0) *
-                static_cast<double>(t.views[0].shape[1]);
+                static_cast<double>(g.k1 - g.k0);
         break;
       }
       case plan::TaskKind::kGroupedGemmTile: {

@@ -42,6 +42,10 @@ namespace mkc {
 struct KernelOptions {
   std::map<std::string, int64_t> defines = {};  // -D NAME=VALUE
   int ranks = 0;                                // 0: one per local GPU (or the launcher's job size)
+  int ranks_per_node = 0;                       // nodes of this many ranks, emulated on one host
+                                                // too (edges between them through the host
+                                                // proxies); 0: $MKC_RANKS_PER_NODE, else the
+                                                // launcher's ranks per host
   uint64_t timeout_ms = 5000;                   // per wait inside the kernel
   bool share_gpus = false;                      // allow more ranks than GPUs (tests, not speed)
   bool use_launcher = true;                     // one rank per process when a launcher's variables

@@ -41,6 +41,8 @@ namespace mkc::rt {
   X(cuMemFree, 3020)                                   \
   X(cuMemcpyHtoD, 3020)                                \
   X(cuMemcpyDtoH, 3020)                                \
+  X(cuMemcpyHtoDAsync, 3020)                           \
+  X(cuMemcpyDtoHAsync, 3020)                           \
   X(cuMemsetD8, 3020)                                  \
   X(cuMemsetD8Async, 3020)                             \
   X(cuLaunchKernel, 4000)                              \

@@ -47,11 +47,15 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
                       "compile with --ranks {}",
                       n, w.size, w.source, w.size));
     }
-    if (!w.single_node()) {
+    // Ranks on other nodes are reached through the proxies only: the plan's nodes (every
+    // ranks_per_node consecutive ranks) must lie inside the job's (emulated nodes may be smaller).
+    const int64_t per_node = plan_.ranks_per_node > 0 ? plan_.ranks_per_node : n;
+    if (!w.single_node() && (per_node > w.local_size || w.local_size % per_node != 0)) {
       throw UserError(fmt::format(
-          "the job spans nodes ({} ranks, {} per node): mkc reaches other nodes through its RDMA "
-          "proxy, which is not built yet; run one node's ranks only",
-          w.size, w.local_size));
+          "the job spans nodes ({} ranks, {} per node) but the plan was compiled for nodes of {} "
+          "ranks; compile with --ranks-per-node {} (edges between nodes then go through the "
+          "host proxy)",
+          w.size, w.local_size, per_node, w.local_size));
     }
     if (w.local_size > gpus && !opts_.share_gpus) {
       throw UserError(fmt::format(
@@ -74,7 +78,9 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
   const HeapLayout layout = heap_layout(plan_);
   offsets_ = layout.offsets;
   events_offset_ = layout.events_offset;
+  proxy_head_offset_ = layout.proxy_head_offset;
   heap_bytes_ = layout.bytes;
+  proxied_ = plan_has_proxy_edges(plan_);
 
   for (int r = 0; r < n; ++r) ranks_.push_back(std::make_unique<Rank>());
   // The device of each local rank, and how many of this process's ranks share it.
@@ -116,6 +122,7 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
   for (auto& rk : ranks_) rk->bound.assign(plan_.buffers.size(), 0);
   map_specs_ = kernel.tensor_maps;
   write_tables();
+  if (proxied_) start_proxies();
 }
 
 LocalJob::~LocalJob() {
@@ -144,6 +151,8 @@ void LocalJob::release(bool barrier) {
     } catch (const std::exception&) {
     }
   }
+  // Every rank's kernels are done (the barrier): no request is left for the proxies.
+  stop_proxies();
   // Peers' heaps were mapped in this process's (one) local rank's context.
   if (opts_.group && !local_.empty() && ranks_[local_[0]]->ctx) {
     d.cuCtxSetCurrent(ranks_[local_[0]]->ctx);

@@ -16,6 +16,7 @@
 
 #include <cuda.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "dsl/source.h"
 #include "runtime/bootstrap.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/net/proxy.h"
 
 namespace mkc::rt {
 
@@ -92,6 +94,12 @@ class LocalJob {
 
   uint64_t launches() const { return epoch_; }
 
+  // Plans with edges between nodes (compiled with ranks per node below the world size, real
+  // nodes or emulated ones): every local rank runs a host proxy (runtime/net/proxy.h) over the
+  // transport MKC_NET picks; its state and counts. UserError for a job without proxies.
+  bool has_proxies() const { return !proxies_.empty(); }
+  net::ProxyStatus proxy_status(int rank) const;
+
   // Trace mode: from the next launch on, every task's start and end (%globaltimer, ns, after its
   // waits and after its signals) are recorded per rank; trace(r) reads the last launch's,
   // two entries per task of the plan (0 where rank r does not run the task).
@@ -119,6 +127,14 @@ class LocalJob {
   void swap_heaps();
   void write_tables();
   CUdeviceptr address(int rank, int buffer) const;
+  // local_job_proxy.cc
+  struct ProxyRank;
+  void start_proxies();
+  void stop_proxies();
+  std::string proxy_errors() const;
+  std::chrono::milliseconds proxy_timeout() const;
+  void proxy_args(int rank, abi::KernelArgs* args) const;
+  ProxyRank* proxy_of(int rank) const;
 
   const plan::Plan& plan_;
   std::string kernel_;
@@ -126,7 +142,9 @@ class LocalJob {
   LocalJobOptions opts_;
   uint64_t epoch_ = 0;
   std::vector<size_t> offsets_;  // each buffer's offset in the heap
-  size_t events_offset_ = 0, heap_bytes_ = 0;
+  size_t events_offset_ = 0, proxy_head_offset_ = 0, heap_bytes_ = 0;
+  bool proxied_ = false;                             // the plan has edges between nodes
+  std::vector<std::unique_ptr<ProxyRank>> proxies_;  // [rank]: local ranks', when proxied_
   std::vector<std::unique_ptr<Rank>> ranks_;  // every rank of the world; the remote ones hold
                                               // only their heap's address as mapped here
   std::vector<int> local_;

@@ -48,6 +48,14 @@ std::string launch_error_message(const abi::ErrorRecord& e, const plan::Plan& pl
         epoch, e.rank, task, where.empty() ? std::string("?") : where, timeout_ns / 1e9, e.event,
         e.expected);
   }
+  if (e.flag == abi::kProxyTimeout) {
+    return fmt::format(
+        "launch {} timed out on rank {}: task {} (from {}) waited {:.1f} s for its proxy to take "
+        "request {} of its ring (the proxy has taken {}): the ring stayed full, or the proxy "
+        "stopped (its error, if any, follows)",
+        epoch, e.rank, task, where.empty() ? std::string("?") : where, timeout_ns / 1e9, e.expected,
+        e.seen);
+  }
   return fmt::format(
       "launch {} timed out on rank {}: task {} (from {}) waited {:.1f} s for event {} to reach "
       "{}, seen {}; "
@@ -61,7 +69,9 @@ void LocalJob::raise_errors(const std::vector<int>& which) {
     const abi::ErrorRecord e = *ranks_[r]->error;
     if (e.flag == 0) continue;
     std::memset(ranks_[r]->error, 0, sizeof(abi::ErrorRecord));
-    throw LaunchError(launch_error_message(e, plan_, opts_.file.get(), epoch_, opts_.timeout_ns));
+    // A proxy that failed (a peer gone, a bad request) is usually why: say so.
+    throw LaunchError(launch_error_message(e, plan_, opts_.file.get(), epoch_, opts_.timeout_ns) +
+                      proxy_errors());
   }
 }
 

@@ -33,7 +33,8 @@ HeapLayout heap_layout(const plan::Plan& plan) {
     h.bytes = align(h.bytes + static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype));
   }
   h.events_offset = h.bytes;
-  h.bytes = align(h.bytes + std::max<size_t>(1, plan.events.size()) * 8);
+  h.proxy_head_offset = h.events_offset + plan.events.size() * 8;
+  h.bytes = align(h.proxy_head_offset + 8);
   return h;
 }
 
@@ -88,7 +89,8 @@ void LocalJob::swap_heaps() {
   const std::vector<std::string> cards =
       group.all_gather(std::string(reinterpret_cast<const char*>(&card), sizeof(card)));
   for (int r = 0; r < ranks(); ++r) {
-    if (r == me) continue;
+    // Ranks of other nodes are reached through the proxies, never mapped.
+    if (r == me || plan_.node_of(r) != plan_.node_of(me)) continue;
     HeapCard peer{};
     if (cards[r].size() != sizeof(peer)) {
       throw EnvironmentError(fmt::format(
@@ -128,14 +130,20 @@ CUdeviceptr LocalJob::address(int rank, int buffer) const {
 }
 
 // The kernel's address tables and TMA descriptors, as seen from each local rank (one address
-// space per process), written to every local rank's device copy.
+// space per process), written to every local rank's device copy. A rank of another node than the
+// local one has no address: its buffer entries are the buffers' heap offsets (what a proxy
+// request names, abi.h KernelArgs::buffers), its counters none.
 void LocalJob::write_tables() {
   const Driver& d = Driver::get();
-  std::vector<CUdeviceptr> buffers, events;
-  for (int r = 0; r < ranks(); ++r) {
-    for (size_t b = 0; b < offsets_.size(); ++b) buffers.push_back(address(r, static_cast<int>(b)));
-    events.push_back(ranks_[r]->heap + events_offset_);
-  }
+  const auto tables_of = [&](int me, std::vector<CUdeviceptr>* buffers,
+                             std::vector<CUdeviceptr>* events) {
+    for (int r = 0; r < ranks(); ++r) {
+      const bool remote = plan_.node_of(r) != plan_.node_of(me);
+      for (size_t b = 0; b < offsets_.size(); ++b)
+        buffers->push_back(remote ? offsets_[b] : address(r, static_cast<int>(b)));
+      events->push_back(remote ? 0 : ranks_[r]->heap + events_offset_);
+    }
+  };
   std::vector<CUtensorMap> maps;
   CtxScope maps_scope(d, ranks_[local_.at(0)]->ctx);
   for (const codegen::TensorMapSpec& m : map_specs_) {
@@ -144,6 +152,8 @@ void LocalJob::write_tables() {
   }
   for (int r : local_) {
     Rank& rk = *ranks_[r];
+    std::vector<CUdeviceptr> buffers, events;
+    tables_of(r, &buffers, &events);
     CtxScope scope(d, rk.ctx);
     if (!maps.empty()) {
       if (!rk.tensor_maps)
@@ -156,6 +166,9 @@ void LocalJob::write_tables() {
     if (!rk.event_table)
       MKC_CU(d, cuMemAlloc, &rk.event_table, events.size() * sizeof(CUdeviceptr));
     MKC_CU(d, cuMemcpyHtoD, rk.event_table, events.data(), events.size() * sizeof(CUdeviceptr));
+    // Pageable copies may still be in flight when they return, and the kernel's non-blocking
+    // stream does not wait for them.
+    MKC_CU(d, cuCtxSynchronize);
   }
 }
 
@@ -165,6 +178,24 @@ void LocalJob::bind(int rank, int buffer, CUdeviceptr address) {
   const plan::Buffer& b = plan_.buffers.at(buffer);
   const size_t bytes = static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype);
   const std::string what = fmt::format("bind(`{}`, rank {})", b.name, rank);
+  if (address != 0 && proxied_) {
+    // The proxies read and write ranks' heaps only.
+    for (const plan::Task& t : plan_.tasks) {
+      bool crosses = false;
+      for (const plan::Box& w : t.writes)
+        crosses = crosses || plan_.node_of(w.rank) != plan_.node_of(t.rank);
+      if (!crosses) continue;
+      for (const plan::View& v : t.views) {
+        if (v.buffer == buffer) {
+          throw UserError(fmt::format(
+              "{}: `{}` crosses nodes (task `{}` sends it through the proxy, which reaches only "
+              "the job's symmetric heap); fill the heap's copy in place (its address: "
+              "Kernel::data) instead",
+              what, b.name, t.label));
+        }
+      }
+    }
+  }
   if (address != 0) {
     if (b.symmetric && opts_.group) {
       throw UserError(fmt::format(

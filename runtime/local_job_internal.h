@@ -6,16 +6,20 @@
 //   local_job_convert.cc  host-side conversion: upload, download, poison, element types
 //   local_job_launch.cc   enqueue, launch, launch_async, synchronize, time_launches
 //   local_job_errors.cc   the device's error record turned into a LaunchError
+//   local_job_proxy.cc    the host proxies of plans with edges between nodes
 #pragma once
 
 #include <cuda.h>
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "compiler/plan.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/local_job.h"
+#include "runtime/net/memory.h"
+#include "runtime/net/proxy.h"
 #include "templates/mkc/abi.h"
 
 namespace mkc::rt {
@@ -54,12 +58,28 @@ struct LocalJob::Rank {
   CUdeviceptr error_dev = 0;
 };
 
+// A local rank's proxy (plans with edges between nodes): its ring and counters, host-mapped
+// (pointers here, and as the device sees them), its heap as the proxy reaches it, the thread.
+struct LocalJob::ProxyRank {
+  abi::ProxyRing* ring = nullptr;
+  CUdeviceptr ring_dev = 0;
+  abi::u64* events = nullptr;  // [plan events]
+  CUdeviceptr events_dev = 0;
+  std::unique_ptr<net::MemoryAccess> heap;
+  std::unique_ptr<net::Proxy> proxy;
+};
+
+// Whether a plan has edges between nodes (signals through the proxy, or writes into another
+// node's memory).
+bool plan_has_proxy_edges(const plan::Plan& plan);
+
 // The symmetric heap of a plan: every buffer at the same offset on every rank, then the event
-// counters (8 bytes each, at least one). Offsets are 512-byte aligned, which covers 16-byte vector
-// accesses and TMA's global address rule.
+// counters (8 bytes each), then the proxy's claim counter (abi::KernelArgs::proxy_head). Offsets
+// are 512-byte aligned, which covers 16-byte vector accesses and TMA's global address rule.
 struct HeapLayout {
   std::vector<size_t> offsets;  // each buffer's offset
   size_t events_offset = 0;
+  size_t proxy_head_offset = 0;
   size_t bytes = 0;
 };
 HeapLayout heap_layout(const plan::Plan& plan);

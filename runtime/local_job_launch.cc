@@ -26,6 +26,8 @@ void LocalJob::enqueue(int r, CUstream stream) {
   args.error = reinterpret_cast<abi::ErrorRecord*>(rk.error_dev);
   args.trace = reinterpret_cast<abi::u64*>(rk.trace);
   args.tensor_maps = reinterpret_cast<const abi::TensorMap*>(rk.tensor_maps);
+  args.heap = reinterpret_cast<const char*>(rk.heap);
+  proxy_args(r, &args);
   if (rk.trace) MKC_CU(d, cuMemsetD8Async, rk.trace, 0, plan_.tasks.size() * 16, stream);
   void* params[] = {&args};
   MKC_CU(d, cuLaunchKernel, rk.fn, static_cast<unsigned>(ctas_), 1, 1,

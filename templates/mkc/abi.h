@@ -35,14 +35,24 @@ struct View {
   i64 shape[kMaxDims];
 };
 
-// A task waits until the counter `event` (on its own rank) reaches (epoch - lag) * count.
+// A task waits until the counter `event` (on its own rank) reaches (epoch - lag) * count. With
+// `proxy` set the event is also raised from other nodes: the count is the sum of the counter and
+// this rank's proxy counter of the same index (KernelArgs::proxy_events).
 struct Wait {
   int event;
   int count;
   int lag;
+  int proxy;
 };
 
-// scope: 0 = this GPU (release at .gpu), 1 = system (a peer GPU or the host).
+// How a signal reaches its counter (compiler/plan.h, HandOff).
+enum SignalScope : int {
+  kScopeGpu = 0,     // a counter on this GPU: release add at .gpu
+  kScopeSystem = 1,  // a peer GPU's counter over NVLink: release add at .sys
+  kScopeProxy = 2,   // a rank of another node: a request to this rank's proxy (bytes 0), which
+                     // raises that rank's proxy counter `event`
+};
+
 struct Signal {
   int event;
   int rank;
@@ -54,6 +64,8 @@ enum ErrorKind : unsigned {
   kNoError = 0,
   kWaitTimeout = 1,      // an event wait passed its deadline: a peer did not launch or failed
   kPipelineTimeout = 2,  // a shared-memory pipeline wait (mbarrier) inside a task passed it
+  kProxyTimeout = 3,     // the proxy took no ring entry before it: full ring, or a stopped proxy
+                         // (event: -1; expected: the entry waited for; seen: the ring's tail)
 };
 
 // Written once per launch, by the first CTA that gives up (host-mapped memory); the host turns it
@@ -74,13 +86,13 @@ struct alignas(64) TensorMap {
 
 // ---- the host proxy: edges to other nodes ------------------------------------------------------
 // Each rank has one ring of requests in host-mapped memory. A comm CTA that feeds an edge to a rank
-// on another node claims entry n (atomic add on `head`), waits until n - tail < kProxySlots (the
-// proxy's credits: a full ring makes it wait, with the task's deadline, never overwrite), writes
-// the request, then publishes it by storing seq = n + 1 with a release at system scope. The
-// rank's proxy thread (runtime/net/proxy.h) takes entries in order: it moves `bytes` from the
-// sending rank's symmetric heap to the destination rank's, through the transport (TCP or RDMA),
-// and once they are visible in the destination GPU's memory, adds 1 to the destination rank's
-// proxy counter `event`; then it advances `tail`.
+// on another node claims entry n (atomic add on KernelArgs::proxy_head, in device memory), waits
+// until n - tail < kProxySlots (the proxy's credits: a full ring makes it wait, with the task's
+// deadline, never overwrite), writes the request, then publishes it by storing seq = n + 1 with a
+// release at system scope. The rank's proxy thread (runtime/net/proxy.h) takes entries in order: it
+// moves `bytes` from the sending rank's symmetric heap to the destination rank's, through the
+// transport (TCP or RDMA), and once they are visible in the destination GPU's memory, adds 1 to the
+// destination rank's proxy counter `event`; then it advances `tail`.
 constexpr int kProxySlots = 1024;
 
 struct ProxyRequest {
@@ -94,7 +106,7 @@ struct ProxyRequest {
 };
 
 struct ProxyRing {
-  u64 head;  // the next entry to claim (device atomics)
+  u64 head;  // unused by the kernel (its claims count in KernelArgs::proxy_head)
   u64 pad0[7];
   u64 tail;  // entries the proxy has taken (written by the proxy, read by the device)
   u64 pad1[7];
@@ -113,7 +125,12 @@ struct KernelArgs {
   const TensorMap* tensor_maps;  // the plan's TMA descriptors (device memory), or null
   ProxyRing* proxy;              // this rank's ring to its proxy (host-mapped), or null
   u64* proxy_events;             // this rank's proxy counters (host-mapped), or null
+  u64* proxy_head;               // the ring's claim counter (device memory: claims are device
+                                 // atomics, not PCIe ones), or null
+  const char* heap;              // this rank's symmetric heap: proxy offsets are relative to it
 };
+// In `buffers`, a rank of another node has no address here: its entries hold the buffers' heap
+// offsets (the heaps are symmetric), which is what a proxy request's dst_offset is.
 
 // One task of the generated table kTasks: its class (the task_class_<n> it runs, -1: no body)
 // and where its views, arguments, waits and signals start in the other tables.
@@ -135,7 +152,9 @@ constexpr i64 kNoFn = -1;
 // No tensor map (codegen fills map indices only for tiles it gives the TMA path).
 constexpr i64 kNoMap = -1;
 
-// gemm_tile: views {A, B, C[, bias]}. C[m0:m1, n0:n1] = fn(A[m0:m1, :] x B[:, n0:n1] (+ bias)).
+// gemm_tile: views {A, B, C[, bias]}. C[m0:m1, n0:n1] = fn(A[m0:m1, k0:k1] x B[k0:k1, n0:n1]
+// (+ bias)). A split-K part (k0 > 0 or k1 < K) writes f32 partial sums, without fn or bias; a
+// reduce_tile adds the parts (compiler/lower_compute.cc). k0 is a multiple of 64.
 struct GemmTileArgs {
   i64 m0, m1, n0, n1;
   i64 k_step;    // the K step of the tile (tile(.., .., k))
@@ -143,6 +162,7 @@ struct GemmTileArgs {
   i64 has_bias;  // 1: views[3] is the bias [N]
   i64 map_a;     // TMA descriptors of A and B (indices into KernelArgs::tensor_maps), or kNoMap
   i64 map_b;
+  i64 k0, k1;  // the part of K this task sums over: [k0, k1)
 };
 
 // grouped_gemm_tile: views {X, W, Y, counts}. Rows of X are grouped by group in order; counts
@@ -271,7 +291,7 @@ MKC_ABI_FN Range read_range(const i64* args, int* pos) {
 }
 
 // Arguments of every fixed-layout kind are whole 64-bit words: the tables are arrays of them.
-static_assert(sizeof(GemmTileArgs) == 9 * 8, "gemm_tile has 9 arguments");
+static_assert(sizeof(GemmTileArgs) == 11 * 8, "gemm_tile has 11 arguments");
 static_assert(sizeof(GroupedGemmTileArgs) == 7 * 8, "grouped_gemm_tile has 7 arguments");
 static_assert(sizeof(MapTileArgs) == 3 * 8, "map_tile has 3 arguments");
 static_assert(sizeof(CopyArgs) == 2 * 8, "copy has 2 arguments");
@@ -286,12 +306,12 @@ static_assert(sizeof(CombineReduceArgs) == 3 * 8, "combine_reduce has 3 argument
 static_assert(sizeof(ReduceSlotsHead) == 3 * 8, "reduce_slots starts with 3 arguments");
 // The generated tables are brace-initialised in this field order.
 static_assert(sizeof(View) == 8 + 8 + 8 + 8 * kMaxDims, "View: rank, buffer, offset, ndim, shape");
-static_assert(sizeof(Wait) == 12 && sizeof(Signal) == 12, "Wait and Signal are three ints");
+static_assert(sizeof(Wait) == 16 && sizeof(Signal) == 12, "Wait is four ints, Signal three");
 static_assert(sizeof(TaskRecord) == 9 * 4, "a task record is nine ints");
 static_assert(sizeof(ErrorRecord) == 4 * 4 + 2 * 8, "the error record the host reads");
 static_assert(sizeof(TensorMap) == 128, "a CUtensorMap is 128 bytes");
 static_assert(sizeof(void*) == 8, "the kernel argument block assumes 64-bit pointers");
-static_assert(sizeof(KernelArgs) == 10 * 8, "the kernel argument block is ten 8-byte words");
+static_assert(sizeof(KernelArgs) == 12 * 8, "the kernel argument block is twelve 8-byte words");
 static_assert(sizeof(ProxyRequest) == 64, "a proxy request is one 64-byte line");
 static_assert(sizeof(ProxyRing) == 128 + 64 * kProxySlots, "head and tail on lines of their own");
 

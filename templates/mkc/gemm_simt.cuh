@@ -8,8 +8,8 @@
 
 namespace mkc {
 
-// gemm_tile: C[m0:m1, n0:n1] = fn(A[m0:m1, :] x B[:, n0:n1] (+ bias)), f32 accumulation, 64x64
-// sub-blocks through shared memory. Args GemmTileArgs; views {A, B, C[, bias]}.
+// gemm_tile: C[m0:m1, n0:n1] = fn(A[m0:m1, k0:k1] x B[k0:k1, n0:n1] (+ bias)), f32 accumulation,
+// 64x64 sub-blocks through shared memory. Args GemmTileArgs; views {A, B, C[, bias]}.
 template <typename TA, typename TB, typename TC, typename TBias, typename Fn>
 __device__ void gemm_tile(const KernelArgs& a, const View* v, const long long* args, int nb,
                           Fn fn) {
@@ -28,14 +28,14 @@ __device__ void gemm_tile(const KernelArgs& a, const View* v, const long long* a
   for (long long mb = m0; mb < m1; mb += 64) {
     for (long long nb0 = n0; nb0 < n1; nb0 += 64) {
       float acc[4][4] = {};
-      for (long long k0 = 0; k0 < K; k0 += 16) {
+      for (long long ks = g.k0; ks < g.k1; ks += 16) {
         for (int i = threadIdx.x; i < 1024; i += blockDim.x) {
           const int mm = i / 16, kk = i % 16;
-          const long long row = mb + mm, k = k0 + kk;
-          As[kk][mm] = (row < m1 && k < K) ? to_f32(A[row * K + k]) : 0.0f;
+          const long long row = mb + mm, k = ks + kk;
+          As[kk][mm] = (row < m1 && k < g.k1) ? to_f32(A[row * K + k]) : 0.0f;
           const int kb = i / 64, nn = i % 64;
-          const long long col = nb0 + nn, kr = k0 + kb;
-          Bs[kb][nn] = (col < n1 && kr < K) ? to_f32(B[kr * N + col]) : 0.0f;
+          const long long col = nb0 + nn, kr = ks + kb;
+          Bs[kb][nn] = (col < n1 && kr < g.k1) ? to_f32(B[kr * N + col]) : 0.0f;
         }
         __syncthreads();
 #pragma unroll

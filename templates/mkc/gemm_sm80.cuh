@@ -58,24 +58,25 @@ __device__ __forceinline__ void mma16816(float* d, const unsigned* a, const unsi
   }
 }
 
-// Loads the K step at k0 of block (mb, nb) into one stage; every thread of the CTA helps.
+// Loads the K step at k0 of block (mb, nb) into one stage; every thread of the CTA helps. A's rows
+// are K long; K beyond kend (the end of this task's part) reads as zeros.
 template <typename T>
 __device__ __forceinline__ void load_stage(T* sa, T* sb, const T* A, const T* B, long long M,
-                                           long long N, long long K, long long mb, long long nb,
-                                           long long k0) {
+                                           long long N, long long K, long long kend, long long mb,
+                                           long long nb, long long k0) {
   // A: 128 rows x 4 chunks of 8 elements; B: 32 rows x 16 chunks.
   for (int i = threadIdx.x; i < kBM * (kBK / 8) + kBK * (kBN / 8); i += blockDim.x) {
     if (i < kBM * (kBK / 8)) {
       const int r = i / (kBK / 8), c = (i % (kBK / 8)) * 8;
       const long long row = mb + r, k = k0 + c;
-      const long long left = row < M ? (K - k) : 0;
+      const long long left = row < M ? (kend - k) : 0;
       const int bytes = left <= 0 ? 0 : left >= 8 ? 16 : static_cast<int>(left) * 2;
       cp_async16(sa + r * kAStride + c, bytes ? A + row * K + k : A, bytes);
     } else {
       const int j = i - kBM * (kBK / 8);
       const int r = j / (kBN / 8), c = (j % (kBN / 8)) * 8;
       const long long k = k0 + r, col = nb + c;
-      const long long left = k < K ? (N - col) : 0;
+      const long long left = k < kend ? (N - col) : 0;
       const int bytes = left <= 0 ? 0 : left >= 8 ? 16 : static_cast<int>(left) * 2;
       cp_async16(sb + r * kBStride + c, bytes ? B + k * N + col : B, bytes);
     }
@@ -116,13 +117,13 @@ __device__ bool gemm_tile_mma(const KernelArgs& a, const View* v, const long lon
         for (int j = 0; j < 8; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-      const int ksteps = static_cast<int>((K + kBK - 1) / kBK);
-      load_stage(sa[0], sb[0], A, B, M, N, K, mb, nb0, 0);
+      const int ksteps = static_cast<int>((g.k1 - g.k0 + kBK - 1) / kBK);
+      load_stage(sa[0], sb[0], A, B, M, N, K, g.k1, mb, nb0, g.k0);
       for (int ks = 0; ks < ksteps; ++ks) {
         const int cur = ks & 1;
         if (ks + 1 < ksteps) {
-          load_stage(sa[cur ^ 1], sb[cur ^ 1], A, B, M, N, K, mb, nb0,
-                     static_cast<long long>(ks + 1) * kBK);
+          load_stage(sa[cur ^ 1], sb[cur ^ 1], A, B, M, N, K, g.k1, mb, nb0,
+                     g.k0 + static_cast<long long>(ks + 1) * kBK);
           asm volatile("cp.async.wait_group 1;" ::: "memory");
         } else {
           asm volatile("cp.async.wait_group 0;" ::: "memory");

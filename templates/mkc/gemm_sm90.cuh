@@ -129,6 +129,23 @@ __device__ __forceinline__ void store_tile(const float* acc, TC* C, long long ld
       return;
     }
   }
+  if constexpr (is_same<TC, float>::value) {
+    if (aligned && row0 + 64 <= m1 && col0 + BN <= n1) {
+      // f32 C wholly inside (split-K's partial sums): 8-byte pairs from two row pointers.
+      float* const p0 = C + r * ldc + c;
+      float* const p1 = p0 + 8 * ldc;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const float b0 = bias ? to_f32(bias[c + 8 * j]) : 0.0f;
+        const float b1 = bias ? to_f32(bias[c + 8 * j + 1]) : 0.0f;
+        *reinterpret_cast<float2*>(p0 + 8 * j) =
+            make_float2(fn(acc[4 * j] + b0), fn(acc[4 * j + 1] + b1));
+        *reinterpret_cast<float2*>(p1 + 8 * j) =
+            make_float2(fn(acc[4 * j + 2] + b0), fn(acc[4 * j + 3] + b1));
+      }
+      return;
+    }
+  }
   if (aligned && row0 + 64 <= m1 && col0 + BN <= n1) {
     // Wholly inside C: pairs straight out, no guards.
 #pragma unroll
@@ -367,6 +384,7 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
   using S = Shape<BM, BN>;
   constexpr int kStages = S::kStages, WN = S::kWarpgroupN;
   static_assert(kStages <= 8, "the header holds 8 mbarriers of each kind");
+  (void)next_v;  // the next task's K range is in its arguments
   TC* C = job.C;
   const TBias* bias = job.bias;
   const long long m0 = job.m0, m1 = job.m1, n0 = job.n0, n1 = job.n1;
@@ -411,13 +429,13 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
       if (ok && next_args != nullptr) {
         // At most a ring's worth: those slots are freed by this task's own consumption.
         const abi::GemmTileArgs& next = args_as<abi::GemmTileArgs>(next_args);
-        const int next_ktiles = static_cast<int>((next_v[0].shape[1] + kBK - 1) / kBK);
+        const int next_ktiles = static_cast<int>((next.k1 - next.k0 + kBK - 1) / kBK);
         pre = next_ktiles < kStages ? next_ktiles : kStages;
         const TensorMap* next_a = a.tensor_maps + next.map_a;
         const TensorMap* next_b = a.tensor_maps + next.map_b;
         for (int kt = 0; ok && kt < pre; ++kt)
           ok = load_stage<BM, BN>(a, n++, ring, full, empty, next_a, next_b, next.m0, next.n0,
-                                  kt * kBK);
+                                  static_cast<int>(next.k0) + kt * kBK);
       }
       ps->next_load = n;
       ps->prefetched = pre;
@@ -487,8 +505,8 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
   job.m1 = g.m1;
   job.n0 = g.n0;
   job.n1 = g.n1;
-  job.k0 = 0;
-  job.K = v[0].shape[1];
+  job.k0 = g.k0;
+  job.K = g.k1;
   job.ldc = v[2].shape[1];
   job.bz = -1;
   job.map_a = a.tensor_maps + g.map_a;

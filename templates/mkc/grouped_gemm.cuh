@@ -130,6 +130,8 @@ __device__ void grouped_gemm_tile(const KernelArgs& a, const View* v, const long
     g.fn = fn_index;
     g.has_bias = 0;
     g.map_a = g.map_b = abi::kNoMap;
+    g.k0 = 0;
+    g.k1 = K;
     gemm_tile<TX, TW, TY, TY>(a, views, reinterpret_cast<const long long*>(&g), nb, fn);
   });
 }

@@ -46,6 +46,30 @@ __device__ void copy_rows(const KernelArgs& a, const View* v, const long long* a
   cta_copy(Y + c.r0 * row, X + c.r0 * row, (c.r1 - c.r0) * row);
 }
 
+// A send's box (args {range[, dst range]}, abi.h): its corner in src (lo) and in dst (lo2), its
+// extents and its element count.
+struct SendBox {
+  int n;
+  const long long* lo;
+  const long long* lo2;
+  long long ext[abi::kMaxDims];
+  long long total;
+};
+__device__ __forceinline__ SendBox read_send_box(const long long* args, int nargs) {
+  SendBox b;
+  int pos = 0;
+  const abi::Range box = abi::read_range(args, &pos);
+  b.n = box.n;
+  b.lo = box.lo;
+  b.lo2 = pos < nargs ? abi::read_range(args, &pos).lo : box.lo;
+  b.total = 1;
+  for (int d = 0; d < b.n; ++d) {
+    b.ext[d] = box.hi[d] - box.lo[d];
+    b.total *= b.ext[d];
+  }
+  return b;
+}
+
 // send: the box [lo, hi) of src to the box of the same extents at lo2 (default lo) of dst, which
 // may be a peer's memory. Args {range[, dst range]} (abi.h); views {src, dst}.
 template <typename T>
@@ -53,17 +77,9 @@ __device__ void send_box(const KernelArgs& a, const View* v, const long long* ar
                          int nargs) {
   const T* src = view_ptr<T>(a, v[0], nb);
   T* dst = view_ptr<T>(a, v[1], nb);
-  int pos = 0;
-  const abi::Range box = abi::read_range(args, &pos);
-  const int n = box.n;
-  const long long* lo = box.lo;
-  const long long* lo2 = pos < nargs ? abi::read_range(args, &pos).lo : lo;
-  long long ext[abi::kMaxDims];
-  long long total = 1;
-  for (int d = 0; d < n; ++d) {
-    ext[d] = box.hi[d] - lo[d];
-    total *= ext[d];
-  }
+  const SendBox b = read_send_box(args, nargs);
+  const int n = b.n;
+  const long long *lo = b.lo, *lo2 = b.lo2, *ext = b.ext, total = b.total;
   const View* views[2] = {&v[0], &v[1]};
   const long long run = box_run(views, 2, ext, n);
   if (run == total) {  // one run: a flat copy
@@ -83,6 +99,44 @@ __device__ void send_box(const KernelArgs& a, const View* v, const long long* ar
   }
   for (long long i = threadIdx.x; i < total; i += blockDim.x) {
     dst[box_offset(v[1], lo2, ext, n, i)] = src[box_offset(v[0], lo, ext, n, i)];
+  }
+}
+
+// send to a rank of another node: the box's contiguous runs become requests to this rank's proxy
+// (abi.h, ProxyRing), which moves them from this rank's heap to the destination's. src is this
+// rank's memory in its heap; dst's table entry holds the destination buffer's heap offset (abi.h,
+// KernelArgs::buffers). Up to blockDim.x runs are claimed at a time and written by as many
+// threads; the task ends once the proxy has taken them all (the source may then change). Args
+// and views as send_box.
+template <typename T>
+__device__ void proxy_send_box(const KernelArgs& a, const View* v, const long long* args, int nb,
+                               int nargs) {
+  const T* src = view_ptr<T>(a, v[0], nb);
+  const unsigned long long dst_base =
+      reinterpret_cast<unsigned long long>(view_ptr<T>(a, v[1], nb));
+  const SendBox b = read_send_box(args, nargs);
+  const int n = b.n;
+  const long long *lo = b.lo, *lo2 = b.lo2, *ext = b.ext, total = b.total;
+  if (total == 0) return;
+  const View* views[2] = {&v[0], &v[1]};
+  const long long run = box_run(views, 2, ext, n), runs = total / run;
+  const long long src_base = reinterpret_cast<const char*>(src) - a.heap;
+  __shared__ unsigned long long first;
+  for (long long r0 = 0; r0 < runs; r0 += blockDim.x) {
+    const long long batch = runs - r0 < blockDim.x ? runs - r0 : blockDim.x;
+    if (threadIdx.x == 0) first = proxy_claim(a, static_cast<u64>(batch));
+    __syncthreads();
+    if (first == ~0ull) return;  // reported
+    const long long j = r0 + threadIdx.x;
+    if (threadIdx.x < batch) {
+      const long long s = box_offset(v[0], lo, ext, n, j * run);
+      const long long d = box_offset(v[1], lo2, ext, n, j * run);
+      proxy_publish(a, first + threadIdx.x, src_base + s * static_cast<long long>(sizeof(T)),
+                    static_cast<long long>(dst_base) + d * static_cast<long long>(sizeof(T)),
+                    run * static_cast<long long>(sizeof(T)), v[1].rank, -1);
+    }
+    __syncthreads();
+    if (r0 + batch >= runs && threadIdx.x == 0) proxy_drain(a, first + batch - 1);
   }
 }
 

@@ -31,6 +31,44 @@ __device__ void reduce_tile(const KernelArgs& a, const View* v, const long long*
   TY* Y = view_ptr<TY>(a, v[1], nb);
   const int axis = static_cast<int>(r.axis);
   const long long inner = elems_from(v[0], axis + 1), n = v[0].shape[axis];
+  if constexpr (is_same<TX, float>::value && sizeof(TY) <= 4) {
+    // f32 over the first axis (split-K's partial sums, at most kMaxParts of them here): 4
+    // elements per vector, every source's load issued before the first add, so that a thread
+    // waits for one round trip to L2 per vector, not one per source.
+    constexpr int kMaxParts = 8;
+    if (axis == 0 && n <= kMaxParts && inner % 4 == 0 && r.y0 % 4 == 0 && r.y1 % 4 == 0 &&
+        (reinterpret_cast<unsigned long long>(X) & 15) == 0 &&
+        (reinterpret_cast<unsigned long long>(Y) & (4 * sizeof(TY) - 1)) == 0) {
+      for (long long e = r.y0 + 4 * threadIdx.x; e < r.y1; e += 4LL * blockDim.x) {
+        float4 x[kMaxParts];
+#pragma unroll
+        for (int k = 0; k < kMaxParts; ++k)
+          x[k] = k < n ? *reinterpret_cast<const float4*>(X + k * inner + e) : x[0];
+        float4 acc = x[0];
+#pragma unroll
+        for (int k = 1; k < kMaxParts; ++k) {
+          const bool in = k < n;
+          acc.x = in ? reduce_acc(r.op, acc.x, x[k].x) : acc.x;
+          acc.y = in ? reduce_acc(r.op, acc.y, x[k].y) : acc.y;
+          acc.z = in ? reduce_acc(r.op, acc.z, x[k].z) : acc.z;
+          acc.w = in ? reduce_acc(r.op, acc.w, x[k].w) : acc.w;
+        }
+        Y[e] = from_f32<TY>(acc.x);
+        Y[e + 1] = from_f32<TY>(acc.y);
+        Y[e + 2] = from_f32<TY>(acc.z);
+        Y[e + 3] = from_f32<TY>(acc.w);
+      }
+      return;
+    }
+  }
+  if (axis == 0) {  // Y is one slice of X: no index division
+    for (long long e = r.y0 + threadIdx.x; e < r.y1; e += blockDim.x) {
+      float acc = to_f32(X[e]);
+      for (long long k = 1; k < n; ++k) acc = reduce_acc(r.op, acc, to_f32(X[k * inner + e]));
+      Y[e] = from_f32<TY>(acc);
+    }
+    return;
+  }
   for (long long e = r.y0 + threadIdx.x; e < r.y1; e += blockDim.x) {
     const long long outer = e / inner, in = e % inner;
     float acc = to_f32(X[outer * n * inner + in]);

@@ -109,7 +109,20 @@ __device__ inline bool wait_all(const KernelArgs& a, const Wait* waits, int n) {
       // traffic of the CTAs they wait for by two orders of magnitude (MoE dispatch rows at
       // 5 GB/s instead of 1.2 TB/s; docs/RESULTS.md, sixth session).
       cuda::atomic_ref<u64, cuda::thread_scope_system> c(a.events[a.rank][w.event]);
-      u64 seen = c.load(cuda::memory_order_relaxed);
+      // Raised from other nodes too: plus the proxy's counter (host memory, a PCIe read).
+#ifdef MKC_HAS_PROXY
+      u64* const from_proxy = w.proxy ? a.proxy_events + w.event : nullptr;
+#else
+      u64* const from_proxy = nullptr;
+#endif
+      const auto count = [&] {
+        u64 v = c.load(cuda::memory_order_relaxed);
+        if (from_proxy != nullptr)
+          v += cuda::atomic_ref<u64, cuda::thread_scope_system>(*from_proxy)
+                   .load(cuda::memory_order_relaxed);
+        return v;
+      };
+      u64 seen = count();
       u64 looked = 0;
       unsigned sleep_ns = 32;
       for (int polls = 0; seen < target; ++polls) {
@@ -127,7 +140,7 @@ __device__ inline bool wait_all(const KernelArgs& a, const Wait* waits, int n) {
         }
         __nanosleep(sleep_ns);
         if (polls >= kPollFast && sleep_ns < MKC_POLL_SLEEP_MAX_NS) sleep_ns *= 2;
-        seen = c.load(cuda::memory_order_relaxed);
+        seen = count();
       }
     }
     cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_system);
@@ -148,16 +161,82 @@ __device__ __forceinline__ bool pipeline_timeout(const KernelArgs& a, int stage,
   return false;
 }
 
+// ---- requests to the host proxy (edges to other nodes; abi.h, ProxyRing) ----------------------
+// One thread claims `count` consecutive entries (count <= kProxySlots) and waits for their credit:
+// the proxy must have taken every entry a lap before the last. Returns the first entry, or
+// ~0ull after recording a timeout (the task's deadline) or seeing another CTA's failure.
+__device__ inline u64 proxy_claim(const KernelArgs& a, u64 count) {
+  const u64 first = atomicAdd(a.proxy_head, count);
+  const u64 need = first + count > abi::kProxySlots ? first + count - abi::kProxySlots : 0;
+  cuda::atomic_ref<u64, cuda::thread_scope_system> tail(a.proxy->tail);
+  u64 seen = tail.load(cuda::memory_order_acquire);
+  for (unsigned sleep_ns = 256; seen < need; seen = tail.load(cuda::memory_order_acquire)) {
+    const u64 now = globaltimer();
+    if (now > task_state().deadline) {
+      report_failure(a, abi::kProxyTimeout, -1, need, seen);
+      return ~0ull;
+    }
+    if (launch_failed(a)) {
+      task_state().failed = 1;
+      return ~0ull;
+    }
+    __nanosleep(sleep_ns);
+    if (sleep_ns < 8192) sleep_ns *= 2;
+  }
+  return first;
+}
+
+// Writes entry n and publishes it (seq last, release at system scope). Any thread.
+__device__ __forceinline__ void proxy_publish(const KernelArgs& a, u64 n, long long src_offset,
+                                              long long dst_offset, long long bytes, int dst_rank,
+                                              int event) {
+  abi::ProxyRequest& e = a.proxy->entries[n % abi::kProxySlots];
+  e.src_offset = src_offset;
+  e.dst_offset = dst_offset;
+  e.bytes = bytes;
+  e.dst_rank = dst_rank;
+  e.event = event;
+  cuda::atomic_ref<u64, cuda::thread_scope_system>(e.seq).store(n + 1, cuda::memory_order_release);
+}
+
+// One thread waits until the proxy has taken entries [.., n]: their source bytes are read and may
+// be overwritten. False after recording a timeout or seeing another CTA's failure.
+__device__ inline bool proxy_drain(const KernelArgs& a, u64 n) {
+  cuda::atomic_ref<u64, cuda::thread_scope_system> tail(a.proxy->tail);
+  for (unsigned sleep_ns = 256; tail.load(cuda::memory_order_acquire) <= n;) {
+    if (globaltimer() > task_state().deadline) {
+      report_failure(a, abi::kProxyTimeout, -1, n + 1, tail.load(cuda::memory_order_relaxed));
+      return false;
+    }
+    if (launch_failed(a)) {
+      task_state().failed = 1;
+      return false;
+    }
+    __nanosleep(sleep_ns);
+    if (sleep_ns < 8192) sleep_ns *= 2;
+  }
+  return true;
+}
+
 // After a task: every thread's writes are done (barrier); a failed task stops the CTA (false),
-// else thread 0 publishes its signals.
+// else thread 0 publishes its signals: counter adds, or for a rank of another node a request to
+// the proxy (after the task's data requests to that rank, so delivered after them).
 __device__ inline bool finish_task(const KernelArgs& a, const Signal* sigs, int n) {
   __syncthreads();
   if (task_state().failed) return false;
   if (threadIdx.x == 0) {
     for (int i = 0; i < n; ++i) {
       const Signal s = sigs[i];
+#ifdef MKC_HAS_PROXY
+      if (s.scope == abi::kScopeProxy) {
+        const u64 e = proxy_claim(a, 1);
+        if (e == ~0ull) break;
+        proxy_publish(a, e, 0, 0, 0, s.rank, s.event);
+        continue;
+      }
+#endif
       u64* counter = &a.events[s.rank][s.event];
-      if (s.scope == 0) {
+      if (s.scope == abi::kScopeGpu) {
         cuda::atomic_ref<u64, cuda::thread_scope_device>(*counter).fetch_add(
             1, cuda::memory_order_release);
       } else {
@@ -166,7 +245,14 @@ __device__ inline bool finish_task(const KernelArgs& a, const Signal* sigs, int 
       }
     }
   }
+#ifdef MKC_HAS_PROXY
+  // A proxy request may have failed (the code generator defines this for kernels with edges to
+  // other nodes; the others skip the barrier).
+  __syncthreads();
+  return task_state().failed == 0;
+#else
   return true;
+#endif
 }
 
 template <typename T>

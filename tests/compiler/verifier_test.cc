@@ -538,7 +538,8 @@ TEST_CASE("verifier: across nodes, only the proxy's own signals order the data t
   CHECK(rq.text().find("as nvlink_flag, but from rank") != std::string::npos);
 
   // `mkc verify --ranks-per-node`: the plan and the interpreter across nodes, every sample kind
-  // of edge; code generation says plainly that it has no inter-node kernel yet.
+  // of edge; code generation sends the edges between nodes through the proxy, and says plainly
+  // that the MoE all-to-all does not cross nodes yet.
   compiler::CheckOptions opts;
   opts.ranks = {4};
   opts.ranks_per_node = 2;
@@ -550,9 +551,17 @@ TEST_CASE("verifier: across nodes, only the proxy's own signals order the data t
   CHECK_MESSAGE(res.exit_code == 0, res.errors);
   CHECK(res.output.find("2 nodes of 2, edges between them through the proxy") != std::string::npos);
   CHECK(compiler::compile_file(file, opts, "", /*generate=*/false)->plans.size() == 1);
-  CHECK_THROWS_WITH_AS(compiler::compile_file(file, opts),
-                       doctest::Contains("does not generate kernels with inter-node edges yet"),
-                       UserError);
+  const auto gen = compiler::compile_file(file, opts);
+  REQUIRE(gen->kernels.size() == 1);
+  const std::string& src = gen->kernels[0].source;
+  CHECK(src.find("#define MKC_HAS_PROXY 1") != std::string::npos);
+  CHECK(src.find("mkc::proxy_send_box<") != std::string::npos);
+  CHECK(src.find("mkc::send_box<") != std::string::npos);  // inside a node: NVLink still
+  compiler::CheckOptions moe = opts;
+  moe.defines = {{"T", 16}, {"H", 64}, {"F", 64}, {"E", 8}, {"TOPK", 2}};
+  CHECK_THROWS_WITH_AS(
+      compiler::compile_file(dsl::SourceFile::read("samples/moe_dispatch_gemm.mks"), moe),
+      doctest::Contains("do not cross nodes yet"), UserError);
 }
 
 }  // namespace

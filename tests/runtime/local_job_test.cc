@@ -37,13 +37,16 @@ struct Compiled {
 };
 
 // More ranks than GPUs: the ranks on one GPU split its SMs.
+// ranks_per_node > 0: nodes of that many ranks (edges between them through the host proxies).
 std::unique_ptr<Compiled> compile(std::shared_ptr<const dsl::SourceFile> file, int64_t ranks,
-                                  std::map<std::string, int64_t> defines) {
+                                  std::map<std::string, int64_t> defines,
+                                  int64_t ranks_per_node = 0) {
   auto out = std::make_unique<Compiled>();
   const DeviceInfo dev = device_info(0);
   const int64_t per_gpu = (ranks + device_count() - 1) / device_count();
   compiler::CheckOptions opts;
   opts.ranks = {ranks};
+  opts.ranks_per_node = ranks_per_node;
   opts.defines = std::move(defines);
   opts.sms = dev.sm_count / per_gpu;
   out->file = file;
@@ -57,11 +60,13 @@ std::unique_ptr<Compiled> compile(std::shared_ptr<const dsl::SourceFile> file, i
 }
 
 // Runs `launches` checked launches with fresh inputs: every user tensor against the reference.
+// A job with edges between nodes also says what its proxies carried.
 void run_and_check(Compiled& c, int launches, const plan::HostFns& fns = {}) {
   LocalJobOptions lo;
   lo.file = c.file;
   lo.share_gpus = true;
   LocalJob job(c.plan(), c.jit.cubin, c.gen(), lo);
+  CHECK(job.has_proxies() == (c.plan().ranks_per_node < c.plan().ranks));
   for (int launch = 1; launch <= launches; ++launch) {
     for (const TensorCheck& t : checked_launch(job, c.plan(), fns, 7)) {
       const std::string where = fmt::format("{} launch {} rank {} tensor {}", c.plan().schedule,
@@ -73,6 +78,32 @@ void run_and_check(Compiled& c, int launches, const plan::HostFns& fns = {}) {
   MESSAGE(fmt::format("{} on {} rank(s), {} GPU(s): {} tasks, {} registers, {} launches checked",
                       c.plan().schedule, job.ranks(), device_count(), c.plan().tasks.size(),
                       c.jit.registers, launches));
+}
+
+// 1,000 back-to-back launches on random inputs, then one checked launch with fresh inputs: the
+// outputs must be that launch's (a stale flag would let a wait pass early).
+void launch_1000_then_check(Compiled& c) {
+  LocalJobOptions lo;
+  lo.share_gpus = true;
+  LocalJob job(c.plan(), c.jit.cubin, c.gen(), lo);
+  upload_random_inputs(job, c.plan(), 5);
+  job.time_launches(1000);
+  for (const TensorCheck& t : checked_launch(job, c.plan(), {}, 9)) {
+    CHECK_MESSAGE(t.ok(), "rank " << t.rank << " " << t.tensor << " after 1000 launches: "
+                                  << t.rel_error << ", " << t.unwritten << " unwritten");
+  }
+  CHECK(job.launches() == 1001);
+}
+
+// Rank 0 launches alone (an all-gather of 2 ranks): its wait for rank 1 times out within 300 ms
+// with a message naming the edge's .mks place, and the job is released cleanly.
+void a_rank_skips_its_launch(Compiled& c) {
+  LocalJobOptions lo;
+  lo.timeout_ns = 300'000'000;
+  lo.file = c.file;
+  lo.share_gpus = true;
+  LocalJob job(c.plan(), c.jit.cubin, c.gen(), lo);
+  CHECK_THROWS_WITH_AS(job.launch({0}), doctest::Contains("samples/allgather.mks:"), LaunchError);
 }
 
 const std::map<std::string, std::map<std::string, int64_t>> kSizes = {
@@ -262,30 +293,60 @@ GPU_TEST_CASE("ranks sharing GPUs: the collectives and fused samples at 4 and 8 
   }
 }
 
-GPU_TEST_CASE("ranks sharing a GPU: 1,000 launches at 4 ranks; a rank that skips its launch") {
-  auto c = compile(dsl::SourceFile::read("samples/allreduce.mks"), 4, {{"N", 65536}});
-  {
-    LocalJobOptions lo;
-    lo.share_gpus = true;
-    LocalJob job(c->plan(), c->jit.cubin, c->gen(), lo);
-    upload_random_inputs(job, c->plan(), 5);
-    job.time_launches(1000);
-    // Fresh inputs for the checked launch: the outputs must be this launch's.
-    for (const TensorCheck& t : checked_launch(job, c->plan(), {}, 9)) {
-      CHECK_MESSAGE(t.ok(), "rank " << t.rank << " " << t.tensor << " after 1000 launches: "
-                                    << t.rel_error << ", " << t.unwritten << " unwritten");
+// Nodes emulated on the local GPUs (every L consecutive ranks one node): edges between nodes go
+// through each rank's host proxy over TCP on loopback (docs/NET.md). Every sample whose edges may
+// cross nodes, at 2 ranks of 1 per node and 4 ranks of 1 and 2 per node, against the reference;
+// the proxies carried requests and bytes and none failed; 1,000 back-to-back launches; a rank that
+// skips its launch makes its peers time out naming the edge, and the job ends cleanly.
+GPU_TEST_CASE("nodes emulated on one host: edges between nodes through the proxies") {
+  setenv("MKC_NET", "tcp", 1);
+  for (const auto& [ranks, per_node] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{4, 2}}) {
+    for (const char* name : {"allreduce", "allgather", "reducescatter", "gemm_allreduce",
+                             "gemm_reducescatter", "allgather_gemm", "ring_attention"}) {
+      SUBCASE(fmt::format("{} ranks, {} per node: {}", ranks, per_node, name).c_str()) {
+        auto c = compile(dsl::SourceFile::read(fmt::format("samples/{}.mks", name)), ranks,
+                         kSizes.at(name), per_node);
+        LocalJobOptions lo;
+        lo.file = c->file;
+        lo.share_gpus = true;
+        LocalJob job(c->plan(), c->jit.cubin, c->gen(), lo);
+        REQUIRE(job.has_proxies());
+        for (int launch = 1; launch <= 2; ++launch) {
+          for (const TensorCheck& t : checked_launch(job, c->plan(), {}, 11 + launch)) {
+            CHECK_MESSAGE(t.ok(), name << " launch " << launch << " rank " << t.rank << " "
+                                       << t.tensor << ": " << t.rel_error << ", " << t.unwritten
+                                       << " unwritten");
+          }
+        }
+        uint64_t requests = 0, bytes = 0;
+        for (int r = 0; r < ranks; ++r) {
+          const net::ProxyStatus st = job.proxy_status(r);
+          CHECK_MESSAGE(st.error.empty(), st.error);
+          requests += st.stats.requests;
+          bytes += st.stats.bytes_sent;
+        }
+        CHECK(requests > 0);
+        CHECK(bytes > 0);
+        MESSAGE(fmt::format("{} at {} ranks, {} per node: {} proxy requests, {} bytes", name, ranks,
+                            per_node, requests, bytes));
+      }
     }
-    CHECK(job.launches() == 1001);
   }
+  SUBCASE("1,000 launches across nodes, then a checked one") {
+    launch_1000_then_check(
+        *compile(dsl::SourceFile::read("samples/allreduce.mks"), 4, {{"N", 65536}}, 2));
+  }
+  SUBCASE("a rank of another node that does not launch: a timeout naming the edge") {
+    a_rank_skips_its_launch(
+        *compile(dsl::SourceFile::read("samples/allgather.mks"), 2, {{"M", 1024}, {"K", 64}}, 1));
+  }
+}
+
+GPU_TEST_CASE("ranks sharing a GPU: 1,000 launches at 4 ranks; a rank that skips its launch") {
+  launch_1000_then_check(
+      *compile(dsl::SourceFile::read("samples/allreduce.mks"), 4, {{"N", 65536}}));
   auto g = compile(dsl::SourceFile::read("samples/allgather.mks"), 2, {{"M", 1024}, {"K", 64}});
-  {
-    LocalJobOptions lo;
-    lo.timeout_ns = 300'000'000;
-    lo.file = g->file;
-    lo.share_gpus = true;
-    LocalJob job(g->plan(), g->jit.cubin, g->gen(), lo);
-    CHECK_THROWS_WITH_AS(job.launch({0}), doctest::Contains("samples/allgather.mks:"), LaunchError);
-  }
+  a_rank_skips_its_launch(*g);
   run_and_check(*g, 1);
 }
 

@@ -100,6 +100,9 @@ driver is loaded: its mistakes are reported on any machine.
 options (and -D, --sms as for `mkc check`):
   --ranks N            ranks = GPUs to use (default: every GPU of the machine; under a
                        launcher the job's size)
+  --ranks-per-node L   every L consecutive ranks are one node, also on one machine (default:
+                       $MKC_RANKS_PER_NODE, else the launcher's ranks per host): edges between
+                       nodes go through the host proxies (transport: $MKC_NET, docs/NET.md)
   --share-gpus         allow more ranks than GPUs (rank r on GPU r % G): for tests, not speed
   --check              compare every output of every rank with the reference (fresh random data)
   --iters N            time N back-to-back launches (at most 1000000) and print the time per
@@ -673,6 +676,15 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   const rt::Placement place = rt::place_ranks(world, requested, gpus, share_gpus);
   const int64_t per_gpu = place.per_gpu;
   f.check.ranks = {place.ranks};
+  // Nodes: --ranks-per-node, else $MKC_RANKS_PER_NODE (both emulate nodes on one host too), else
+  // the launcher's (ranks per host). Edges between nodes go through the host proxies.
+  if (f.check.ranks_per_node == 0) {
+    if (const char* env = std::getenv("MKC_RANKS_PER_NODE"); env != nullptr && *env != 0) {
+      f.check.ranks_per_node = parse_count("MKC_RANKS_PER_NODE", env);
+    } else if (!world.single_node()) {
+      f.check.ranks_per_node = world.local_size;
+    }
+  }
   // Ranks of one process that share a GPU run side by side: each kernel gets its part of the SMs.
   f.check.sms = std::min<int64_t>(f.check.sms, dev.sm_count / per_gpu);
   const auto c = front_end(file, f, err, term);
