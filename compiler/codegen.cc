@@ -560,11 +560,12 @@ class Generator {
     line("}");
   }
 
-  // A send into a rank of another node (its data goes through the proxy).
+  // A send into a rank of another node (its data goes through the proxy; generate() allows no
+  // other write there).
   bool proxied_send(const Task& t) const {
-    return t.kind == TaskKind::kSend && p_.node_of(t.views[1].rank) != p_.node_of(t.rank);
+    return t.kind == TaskKind::kSend && p_.writes_other_node(t);
   }
-  // Events raised through the proxy (their waits add the proxy's counter), and whether any is.
+  // Events raised through the proxy (their waits add the proxy's counter).
   static std::set<int> proxy_events(const Plan& p) {
     std::set<int> out;
     for (const Task& t : p.tasks) {
@@ -577,7 +578,7 @@ class Generator {
   const Plan& p_;
   const CodegenOptions& o_;
   const std::set<int> proxy_events_ = proxy_events(p_);
-  const bool has_proxy_ = !proxy_events_.empty();
+  const bool has_proxy_ = p_.has_edges_between_nodes();
   std::string out_;
   std::map<std::string, int> class_of_;
   std::map<TensorMapSpec, int> map_index_;

@@ -181,6 +181,21 @@ struct Plan {
   int node_of(int64_t rank) const {
     return static_cast<int>(rank / (ranks_per_node > 0 ? ranks_per_node : ranks));
   }
+  // Whether task t writes into the memory of a rank on another node (the proxy carries it).
+  bool writes_other_node(const Task& t) const {
+    for (const Box& b : t.writes)
+      if (node_of(b.rank) != node_of(t.rank)) return true;
+    return false;
+  }
+  // Whether any edge crosses nodes: a write into another node, or a signal through the proxy.
+  bool has_edges_between_nodes() const {
+    for (const Task& t : tasks) {
+      if (writes_other_node(t)) return true;
+      for (const Signal& s : t.signals)
+        if (s.handoff == HandOff::kProxy) return true;
+    }
+    return false;
+  }
   int add_event(int rank, std::string name) {
     events.push_back(Event{rank, std::move(name)});
     return static_cast<int>(events.size()) - 1;

@@ -48,19 +48,8 @@ Kernel Kernel::from_string(const std::string& name, const std::string& text,
   const rt::DeviceInfo dev = rt::device_info(0);
   compiler::CheckOptions co;
   co.ranks = {ranks};
-  co.ranks_per_node = options.ranks_per_node;
-  if (co.ranks_per_node == 0) {
-    const char* env = std::getenv("MKC_RANKS_PER_NODE");
-    if (env != nullptr && *env != 0) {
-      char* end = nullptr;
-      const long v = std::strtol(env, &end, 10);
-      if (*end != 0 || v <= 0)
-        throw UserError(fmt::format("MKC_RANKS_PER_NODE={}: expected a positive count", env));
-      co.ranks_per_node = v;
-    } else if (!world.single_node()) {
-      co.ranks_per_node = world.local_size;
-    }
-  }
+  co.ranks_per_node = rt::ranks_per_node(world, options.ranks_per_node,
+                                         [](const char* n) { return std::getenv(n); });
   co.defines = options.defines;
   co.sms = dev.sm_count / per_gpu;
   std::string defines_text;

@@ -191,6 +191,18 @@ World detect_world() {
   return detect_world([](const char* name) { return std::getenv(name); });
 }
 
+int64_t ranks_per_node(const World& world, int64_t requested, const EnvFn& env) {
+  if (requested > 0) return requested;
+  if (const char* v = env("MKC_RANKS_PER_NODE"); v != nullptr && *v != 0) {
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    if (*end != 0 || n <= 0)
+      throw UserError(fmt::format("MKC_RANKS_PER_NODE={}: expected a positive count", v));
+    return n;
+  }
+  return world.single_node() ? 0 : world.local_size;
+}
+
 int job_size(const World& world, int requested) {
   if (requested < 0)
     throw UserError(fmt::format("{} ranks asked for: give a positive count", requested));

@@ -55,6 +55,11 @@ struct Placement {
   int per_gpu = 1;  // ranks of this process on one GPU (above 1 only when sharing)
 };
 
+// The ranks per node a job's plan is compiled for: `requested` when above 0, else
+// $MKC_RANKS_PER_NODE (nodes emulated on one host too), else the launcher's ranks per host when
+// the job spans hosts; 0: the whole job is one node. A bad variable is a UserError.
+int64_t ranks_per_node(const World& world, int64_t requested, const EnvFn& env);
+
 // The world size asked for (`requested`; 0: the default, one rank per GPU) against the
 // launcher's: under a launcher a different count is a UserError naming both. Needs no GPU.
 int job_size(const World& world, int requested);

@@ -80,7 +80,7 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
   events_offset_ = layout.events_offset;
   proxy_head_offset_ = layout.proxy_head_offset;
   heap_bytes_ = layout.bytes;
-  proxied_ = plan_has_proxy_edges(plan_);
+  proxied_ = plan_.has_edges_between_nodes();
 
   for (int r = 0; r < n; ++r) ranks_.push_back(std::make_unique<Rank>());
   // The device of each local rank, and how many of this process's ranks share it.

@@ -134,7 +134,6 @@ class LocalJob {
   std::string proxy_errors() const;
   std::chrono::milliseconds proxy_timeout() const;
   void proxy_args(int rank, abi::KernelArgs* args) const;
-  ProxyRank* proxy_of(int rank) const;
 
   const plan::Plan& plan_;
   std::string kernel_;

@@ -181,10 +181,7 @@ void LocalJob::bind(int rank, int buffer, CUdeviceptr address) {
   if (address != 0 && proxied_) {
     // The proxies read and write ranks' heaps only.
     for (const plan::Task& t : plan_.tasks) {
-      bool crosses = false;
-      for (const plan::Box& w : t.writes)
-        crosses = crosses || plan_.node_of(w.rank) != plan_.node_of(t.rank);
-      if (!crosses) continue;
+      if (!plan_.writes_other_node(t)) continue;
       for (const plan::View& v : t.views) {
         if (v.buffer == buffer) {
           throw UserError(fmt::format(

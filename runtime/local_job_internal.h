@@ -69,10 +69,6 @@ struct LocalJob::ProxyRank {
   std::unique_ptr<net::Proxy> proxy;
 };
 
-// Whether a plan has edges between nodes (signals through the proxy, or writes into another
-// node's memory).
-bool plan_has_proxy_edges(const plan::Plan& plan);
-
 // The symmetric heap of a plan: every buffer at the same offset on every rank, then the event
 // counters (8 bytes each), then the proxy's claim counter (abi::KernelArgs::proxy_head). Offsets
 // are 512-byte aligned, which covers 16-byte vector accesses and TMA's global address rule.

@@ -69,18 +69,6 @@ class CudaHeap final : public net::MemoryAccess {
 
 }  // namespace
 
-// Whether the plan has edges between nodes: signals through the proxy, or sends into another
-// node's memory (codegen sends those through the proxy).
-bool plan_has_proxy_edges(const plan::Plan& plan) {
-  for (const plan::Task& t : plan.tasks) {
-    for (const plan::Signal& s : t.signals)
-      if (s.handoff == plan::HandOff::kProxy) return true;
-    for (const plan::Box& b : t.writes)
-      if (plan.node_of(b.rank) != plan.node_of(t.rank)) return true;
-  }
-  return false;
-}
-
 // Rings, counters and one connected, running proxy per local rank. Collective: in-process ranks
 // connect from threads of their own (each Proxy constructor waits for its peers'), a rank of a
 // multi-process job through the rendezvous.
@@ -195,13 +183,9 @@ std::string LocalJob::proxy_errors() const {
   return out;
 }
 
-LocalJob::ProxyRank* LocalJob::proxy_of(int rank) const {
-  return rank < static_cast<int>(proxies_.size()) ? proxies_[rank].get() : nullptr;
-}
-
 net::ProxyStatus LocalJob::proxy_status(int rank) const {
   local(rank, "proxy_status");
-  const ProxyRank* pr = proxy_of(rank);
+  const ProxyRank* pr = rank < static_cast<int>(proxies_.size()) ? proxies_[rank].get() : nullptr;
   if (!pr || !pr->proxy) throw UserError("proxy_status: the job has no edges between nodes");
   return pr->proxy->status();
 }

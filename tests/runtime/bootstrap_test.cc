@@ -112,6 +112,27 @@ TEST_CASE("detect_world: partial or inconsistent settings are named") {
                        doctest::Contains("MASTER_PORT=70000"), UserError);
 }
 
+TEST_CASE("ranks_per_node: asked for, else $MKC_RANKS_PER_NODE, else the launcher's hosts") {
+  const auto env = [](const char* v) {
+    return
+        [v](const char* name) { return std::string(name) == "MKC_RANKS_PER_NODE" ? v : nullptr; };
+  };
+  World one;  // one host
+  one.size = one.local_size = 8;
+  World two = one;  // two hosts of 4
+  two.local_size = 4;
+  CHECK(ranks_per_node(one, 0, env(nullptr)) == 0);
+  CHECK(ranks_per_node(two, 0, env(nullptr)) == 4);
+  CHECK(ranks_per_node(one, 0, env("2")) == 2);
+  CHECK(ranks_per_node(two, 0, env("2")) == 2);
+  CHECK(ranks_per_node(two, 1, env("2")) == 1);
+  CHECK(ranks_per_node(one, 0, env("")) == 0);
+  for (const char* bad : {"0", "-1", "2x", "two"}) {
+    CHECK_THROWS_WITH_AS(ranks_per_node(one, 0, env(bad)), doctest::Contains("MKC_RANKS_PER_NODE="),
+                         UserError);
+  }
+}
+
 TEST_CASE("place_ranks: the launcher's size, the count asked for, GPUs and sharing") {
   const World alone;  // no launcher
   // One process: one rank per GPU by default; more ranks than GPUs only when sharing.

@@ -678,13 +678,8 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   f.check.ranks = {place.ranks};
   // Nodes: --ranks-per-node, else $MKC_RANKS_PER_NODE (both emulate nodes on one host too), else
   // the launcher's (ranks per host). Edges between nodes go through the host proxies.
-  if (f.check.ranks_per_node == 0) {
-    if (const char* env = std::getenv("MKC_RANKS_PER_NODE"); env != nullptr && *env != 0) {
-      f.check.ranks_per_node = parse_count("MKC_RANKS_PER_NODE", env);
-    } else if (!world.single_node()) {
-      f.check.ranks_per_node = world.local_size;
-    }
-  }
+  f.check.ranks_per_node = rt::ranks_per_node(world, f.check.ranks_per_node,
+                                              [](const char* n) { return std::getenv(n); });
   // Ranks of one process that share a GPU run side by side: each kernel gets its part of the SMs.
   f.check.sms = std::min<int64_t>(f.check.sms, dev.sm_count / per_gpu);
   const auto c = front_end(file, f, err, term);
