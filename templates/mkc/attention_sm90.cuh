@@ -6,15 +6,16 @@
 // 128 keys (head dims 64 and 128, the same for Q, K and V):
 //   - warpgroup 0 is the producer: one thread loads the Q tile once, then each key block's K and V
 //     tiles into a ring of stages (two for D = 128, four for D = 64), K and V completing on their
-//     own mbarriers so that Q Kᵀ starts before V has landed (with MKC_ATTN_SETMAXNREG it runs on
-//     40 registers, giving the consumers 232; see below);
+//     own mbarriers; it runs on 40 registers, giving the consumers 232 (setmaxnreg);
 //   - warpgroups 1 and 2 each own 64 query rows. Per key block: S = Q Kᵀ (wgmma, A = Q and B = K
 //     both K-major in shared memory, 128-byte swizzle), the causal / ragged mask, the online
 //     softmax (row max across the quad, exp2 with the scale folded in, the running sum kept per
 //     thread and reduced once at the end), then O += P V with P straight from registers (the
 //     accumulator layout of S is the A-fragment layout of the next wgmma, two 8-column groups per
-//     16-key step) and V N-major in shared memory. The stage is released once both consumers'
-//     P V has completed.
+//     16-key step) and V N-major in shared memory. Block j's Q Kᵀ is issued with block j-1's
+//     P V, so the softmax of j runs under that P V, and the two warpgroups take turns at the
+//     tensor cores (ping-pong, named barriers), so one's softmax runs under the other's MMAs.
+//     The stage is released once both consumers' P V has completed.
 // Causal masking is top-left aligned (key j is visible to query i when j <= i, in the slice's
 // coordinates); key blocks past the tile's last query are skipped, by both sides. The tensor maps
 // are 3-D ([L][S][D]), so a box never reads into the next slice and ragged S is zero-filled; keys
@@ -51,16 +52,17 @@ struct AttnShape {
 
 // Byte offsets of this tile's mbarriers in the header (the GEMM's PipeState and its barriers use
 // bytes [0, 192)).
-constexpr int kAttnBarOffset = 192;  // q_full, full_k[2], full_v[2], empty[2] ... (8 at most)
+constexpr int kAttnBarOffset = 192;  // q_full, full_k[], full_v[], empty_k[], empty_v[]
 
 #if MKC_HAS_WGMMA
 
-// Register reallocation between the warpgroups is opt-in (MKC_ATTN_SETMAXNREG, an NVRTC -D): on
-// an H200 (2026-12-01) the head-dim-128 tile with it hung once a task had more key blocks than
-// stages, while head dim 64 and the tile without it were right; until that is understood every
-// warpgroup keeps the kernel's allocation (168 registers: the head-dim-128 consumers spill a
-// little).
-#ifdef MKC_ATTN_SETMAXNREG
+// Register reallocation between the warpgroups (off with MKC_ATTN_NO_SETMAXNREG, an NVRTC -D):
+// the producer runs on 40 registers and the consumers on 232. setmaxnreg.inc blocks until the
+// CTA's pool has the registers, so the producer takes its 168 back only after both consumers
+// have given theirs (named barrier kBarRegs); taking them back earlier (the first version, which
+// hung at head dim 128 on an H200 on 2026-12-01) could leave the consumers waiting for registers
+// and the producer waiting for the consumers to free a stage.
+#ifndef MKC_ATTN_NO_SETMAXNREG
 __device__ __forceinline__ void setmaxnreg_dec40() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
 }
@@ -85,6 +87,20 @@ __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// exp2 on the FMA pipe, for x <= 0 (-inf gives about 1e-38): x rounded to the nearest integer n
+// (the 1.5 * 2^23 trick leaves n in the low bits of t), 2^f for f = x - n in [-0.5, 0.5] by a
+// cubic (relative error 7.7e-5, below a bf16 or f16 P's rounding), n added to the exponent. The
+// softmax of one block needs as many exp2 as Q Kᵀ and P V take tensor-core cycles at head dim 64
+// (16 per clock per SM on the MUFU pipe): computing a part of them here takes load off that pipe.
+__device__ __forceinline__ float ex2_fma(float x) {
+  x = fmaxf(x, -127.0f);
+  const float t = x + 12582912.0f;
+  const float n = t - 12582912.0f;
+  const float f = x - n;
+  const float p = fmaf(fmaf(fmaf(0.055088767f, f, 0.242604656f), f, 0.693276283f), f, 0.999928905f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
 }
 
 // S(64 x 128, f32) = (accumulate ? S : 0) + A(64 x 16, K-major smem) x B(16 x 128, K-major smem):
@@ -190,21 +206,199 @@ __device__ __forceinline__ void wgmma_pv(float* d, const unsigned* a, u64 db) {
   }
 }
 
+// Named barriers of the tile (0 is __syncthreads): the producer waits on kBarRegs for both
+// consumers to have given their registers back; the consumers take turns at their MMAs on
+// kBarTurn + w; each consumer warpgroup meets on kBarGroup + w before its setmaxnreg.
+constexpr int kBarRegs = 1, kBarTurn = 2, kBarGroup = 4;
+
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Pins registers that an asynchronous wgmma writes or reads at this point of the program, so
+// that no arithmetic on them is moved across the wgmma.wait_group before it.
+template <int N>
+__device__ __forceinline__ void pin_regs(float* r) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void pin_regs(unsigned* r) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// Ping-pong between the two consumer warpgroups (on unless MKC_ATTN_NO_PINGPONG): warpgroup w
+// issues a block's MMAs only in its turn and hands the turn over once they are issued, so the
+// tensor cores run one warpgroup's Q Kᵀ and P V while the other computes its softmax. A turn is
+// a bar.sync of kBarTurn + w for 256 threads, 128 of them the other warpgroup's bar.arrive.
+// Warpgroup 1 starts by giving warpgroup 0 the first turn and does not hand over its last one,
+// so every barrier ends with as many arrivals as waits.
+struct AttnTurns {
+  int w, points, handed = 0;
+  __device__ __forceinline__ AttnTurns(int w_, int points_) : w(w_), points(points_) {
+#ifndef MKC_ATTN_NO_PINGPONG
+    if (w == 1 && points > 0) named_bar_arrive(kBarTurn + 0, 256);
+#endif
+  }
+  __device__ __forceinline__ void begin() {
+#ifndef MKC_ATTN_NO_PINGPONG
+    named_bar_sync(kBarTurn + w, 256);
+#endif
+  }
+  __device__ __forceinline__ void end() {
+#ifndef MKC_ATTN_NO_PINGPONG
+    if (!(w == 1 && handed == points - 1)) named_bar_arrive(kBarTurn + 1 - w, 256);
+#endif
+    ++handed;
+  }
+  // After a failed wait: the turns not taken are still taken and handed over, without MMAs, so
+  // that the other warpgroup never waits for them (its own waits fail at the same deadline). Not
+  // arrivals alone: two in a row would complete a barrier without its waiter.
+  __device__ __forceinline__ void give_up() {
+    while (handed < points) {
+      begin();
+      end();
+    }
+  }
+};
+
+// Mask where a key is past the slice or (causal) after the query; positions in the slice (int:
+// the lowering keeps a slice's length below 2^31).
+template <int kN>
+__device__ __forceinline__ void attn_mask(float* sc, int key0, int Sk, bool causal, int row0,
+                                          const int* qrow, int lane) {
+  const bool ragged = key0 + kN > Sk;
+  const bool diagonal = causal && key0 + kN - 1 > row0;
+  if (!ragged && !diagonal) return;
+#pragma unroll
+  for (int g = 0; g < kN / 8; ++g) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = key0 + 8 * g + 2 * (lane % 4) + e;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (key >= Sk || (causal && key > qrow[h])) sc[4 * g + 2 * h + e] = neg_inf();
+      }
+    }
+  }
+}
+
+// Online softmax of one block, per row h: the block's max, the factor alpha[h] that rescales what
+// came before, P = exp2(scale2 * S - m) in f32 in place of S (packed to 16 bits once the last
+// P V is done with the registers of P, attn_pack_p), and the running sum (per thread; the quad's
+// parts are added at the end).
+template <int kN, int kPolyEvery>
+__device__ __forceinline__ void attn_softmax(float* sc, float* m, float* l, float scale2,
+                                             float* alpha) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = neg_inf();
+#pragma unroll
+    for (int g = 0; g < kN / 8; ++g)
+      mx = fmaxf(mx, fmaxf(sc[4 * g + 2 * h], sc[4 * g + 2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[h], mx * scale2);
+    // A row that has seen no key yet keeps the rescale finite (nothing to rescale).
+    const float m_use = m_new == neg_inf() ? 0.0f : m_new;
+    alpha[h] = ex2(m[h] - m_use);
+    m[h] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kN / 8; ++g) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float x = fmaf(sc[4 * g + 2 * h + e], scale2, -m_use);
+        // Every kPolyEvery-th group of columns on the FMA pipe (0: none).
+        sc[4 * g + 2 * h + e] =
+            kPolyEvery > 0 && g % kPolyEvery == kPolyEvery - 1 ? ex2_fma(x) : ex2(x);
+        sum += sc[4 * g + 2 * h + e];
+      }
+    }
+    l[h] = l[h] * alpha[h] + sum;
+  }
+}
+
+// P (f32, the accumulator layout of S) as 16-bit pairs in the A-fragment order of the P V wgmma:
+// key step kk = g / 2 takes groups 2kk (words 0, 1) and 2kk + 1 (words 2, 3); row h is the
+// word's second index.
+template <typename T, int kN>
+__device__ __forceinline__ void attn_pack_p(const float* sc, unsigned* p) {
+#pragma unroll
+  for (int g = 0; g < kN / 8; ++g) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      p[(g / 2) * 4 + (g % 2) * 2 + h] = pack2<T>(sc[4 * g + 2 * h], sc[4 * g + 2 * h + 1]);
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void attn_rescale(float* o, const float* alpha) {
+#pragma unroll
+  for (int g = 0; g < D / 8; ++g) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      o[4 * g + 2 * h] *= alpha[h];
+      o[4 * g + 2 * h + 1] *= alpha[h];
+    }
+  }
+}
+
+// S = Q Kᵀ for this warpgroup's 64 rows against the key block in k_smem (issued, not waited).
+template <typename T, int D>
+__device__ __forceinline__ void attn_issue_qk(float* sc, const unsigned char* q_smem,
+                                              const unsigned char* k_smem, int w) {
+  using S = AttnShape<D>;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    // 16 head-dim columns = 32 bytes along a row inside a 64-column box.
+    const int box = kk / 4, within = (kk % 4) * 32;
+    const u64 da = smem_desc(q_smem + box * S::kQBoxBytes + w * 64 * 128 + within, 16, 1024);
+    const u64 db = smem_desc(k_smem + box * S::kKBoxBytes + within, 16, 1024);
+    wgmma_qk<T>(sc, da, db, kk > 0);
+  }
+}
+
+// O += P V for the key block whose V is in v_smem (issued, not waited).
+template <typename T, int D>
+__device__ __forceinline__ void attn_issue_pv(float* o, const unsigned* p,
+                                              const unsigned char* v_smem) {
+  using S = AttnShape<D>;
+#pragma unroll
+  for (int kk = 0; kk < S::kBN / 16; ++kk) {
+    // V N-major: 16 keys = 16 rows of 128 bytes down; 64-column boxes kKBoxBytes apart.
+    const u64 db = smem_desc(v_smem + kk * 16 * 128, S::kKBoxBytes, 1024);
+    wgmma_pv<T, D>(o, p + 4 * kk, db);
+  }
+}
+
 // The consumer warpgroup's part of the tile: rows row0.. (64 of them) of the slice.
+// Blocks overlap inside the warpgroup (FlashAttention-3's order): block j's Q Kᵀ and block j-1's
+// P V are issued together, and block j's softmax runs while P V is on the tensor cores; the
+// rescale of O waits for that P V. P of block j-1 stays in its registers until its wgmma is done.
 template <typename T, typename TO, int D>
 __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const View* v,
                                                    const abi::AttentionTileArgs& at, int nb,
                                                    const unsigned char* q_smem,
                                                    const unsigned char* ring, u64* q_full,
-                                                   u64* full_k, u64* full_v, u64* empty,
-                                                   int nblocks, int w, int t) {
+                                                   u64* full_k, u64* full_v, u64* empty_k,
+                                                   u64* empty_v, int nblocks, int w, int t) {
   using S = AttnShape<D>;
   constexpr int kN = S::kBN;
+#ifdef MKC_ATTN_POLY_EXP2
+  constexpr int kPolyEvery = MKC_ATTN_POLY_EXP2;
+#else
+  constexpr int kPolyEvery = 0;
+#endif
   const long long Sq = v[0].shape[1], Sk = v[1].shape[1];
   const int warp = t / 32, lane = t % 32;
-  const long long row0 = at.q0 + 64 * w;
+  const int row0 = static_cast<int>(at.q0) + 64 * w;
   // This thread's two rows (h = 0, 1) and the columns of its pairs: 8g + 2(lane % 4) + {0, 1}.
-  const long long qrow[2] = {row0 + warp * 16 + lane / 4, row0 + warp * 16 + lane / 4 + 8};
+  const int qrow[2] = {row0 + warp * 16 + lane / 4, row0 + warp * 16 + lane / 4 + 8};
   const float scale2 = static_cast<float>(__longlong_as_double(at.scale_bits) * 1.4426950408889634);
   float o[D / 2];
 #pragma unroll
@@ -228,108 +422,93 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
 #pragma unroll
           for (int g = 0; g < D / 8; ++g) {
             const long long c = 8 * g + 2 * (lane % 4);
-            o[4 * g + 2 * h] = st_acc[qrow[h] * D + c];
-            o[4 * g + 2 * h + 1] = st_acc[qrow[h] * D + c + 1];
+            o[4 * g + 2 * h] = st_acc[static_cast<long long>(qrow[h]) * D + c];
+            o[4 * g + 2 * h + 1] = st_acc[static_cast<long long>(qrow[h]) * D + c + 1];
           }
         }
       }
     }
   }
+  // Step j issues block j's Q Kᵀ and (j > 0) block j-1's P V in one turn; a last turn issues the
+  // last block's P V. K's slot is released once Q Kᵀ is done, V's once P V is.
+  AttnTurns turns(w, nblocks > 0 ? nblocks + 1 : 0);
+  // P is carried from one step to the next: defined here, or ptxas keeps its registers live from
+  // the kernel's entry, through the producer's 40-register part (spilled).
+  unsigned p[kN / 4];
+#pragma unroll
+  for (int i = 0; i < kN / 4; ++i) p[i] = 0u;
+  float alpha[2] = {1.0f, 1.0f};
   bool ok = mbar_wait(a, q_full, 0, -1);
-  for (int j = 0; ok && j < nblocks; ++j) {
-    const int s = j % S::kStages;
-    const unsigned phase = (j / S::kStages) & 1;
-    const unsigned char* k_smem = ring + s * S::kStageBytes;
-    const unsigned char* v_smem = k_smem + S::kKBytes;
-    if (!mbar_wait(a, full_k + s, phase, s)) break;
-    float sc[kN / 2];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      // 16 head-dim columns = 32 bytes along a row inside a 64-column box.
-      const int box = kk / 4, within = (kk % 4) * 32;
-      const u64 da = smem_desc(q_smem + box * S::kQBoxBytes + w * 64 * 128 + within, 16, 1024);
-      const u64 db = smem_desc(k_smem + box * S::kKBoxBytes + within, 16, 1024);
-#ifndef MKC_ATTN_SKIP_QK
-      wgmma_qk<T>(sc, da, db, kk > 0);
-#else
-      (void)da;
-      (void)db;
-      if (kk == 0) {
-        for (int i = 0; i < kN / 2; ++i) sc[i] = 0.0f;
-      }
-#endif
+  // Block 0's Q Kᵀ and softmax. The steps have no branch between their wgmmas and the code that
+  // uses their registers: ptxas serialises every wgmma of a kernel that has one (C7520).
+  if (ok && nblocks > 0) {
+    ok = mbar_wait(a, full_k, 0, 0);
+    if (ok) {
+      float sc[kN / 2];
+      turns.begin();
+      wgmma_fence();
+      attn_issue_qk<T, D>(sc, q_smem, ring, w);
+      wgmma_commit();
+      turns.end();
+      wgmma_wait<0>();
+      pin_regs<kN / 2>(sc);
+      if (t == 0) mbar_arrive(empty_k);
+      attn_mask<kN>(sc, 0, static_cast<int>(Sk), at.causal, row0, qrow, lane);
+      attn_softmax<kN, kPolyEvery>(sc, m, l, scale2, alpha);
+      attn_pack_p<T, kN>(sc, p);
     }
-    wgmma_commit();
-    wgmma_wait<0>();
-    // Mask where a key is past the slice or (causal) after the query.
-    const long long key0 = static_cast<long long>(j) * kN;
-    const bool ragged = key0 + kN > Sk;
-    const bool diagonal = at.causal && key0 + kN - 1 > row0;
-    if (ragged || diagonal) {
-#pragma unroll
-      for (int g = 0; g < kN / 8; ++g) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const long long key = key0 + 8 * g + 2 * (lane % 4) + e;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (key >= Sk || (at.causal && key > qrow[h])) sc[4 * g + 2 * h + e] = neg_inf();
-          }
-        }
-      }
-    }
-    // Online softmax, per row h: the block's max, the rescale of what came before, exp2.
-    unsigned p[kN / 4];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = neg_inf();
-#pragma unroll
-      for (int g = 0; g < kN / 8; ++g)
-        mx = fmaxf(mx, fmaxf(sc[4 * g + 2 * h], sc[4 * g + 2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[h], mx * scale2);
-      // A row that has seen no key yet keeps the rescale finite (nothing to rescale).
-      const float m_use = m_new == neg_inf() ? 0.0f : m_new;
-      const float alpha = ex2(m[h] - m_use);
-      m[h] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int g = 0; g < kN / 8; ++g) {
-        const float p0 = ex2(fmaf(sc[4 * g + 2 * h], scale2, -m_use));
-        const float p1 = ex2(fmaf(sc[4 * g + 2 * h + 1], scale2, -m_use));
-        sum += p0 + p1;
-        // Key step kk = g / 2 takes groups 2kk (words 0, 1) and 2kk + 1 (words 2, 3); row h is
-        // the word's second index.
-        p[(g / 2) * 4 + (g % 2) * 2 + h] = pack2<T>(p0, p1);
-      }
-      l[h] = l[h] * alpha + sum;
-#pragma unroll
-      for (int g = 0; g < D / 8; ++g) {
-        o[4 * g + 2 * h] *= alpha;
-        o[4 * g + 2 * h + 1] *= alpha;
-      }
-    }
-    if (!mbar_wait(a, full_v + s, phase, s)) break;
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      // V N-major: 16 keys = 16 rows of 128 bytes down; 64-column boxes kKBoxBytes apart.
-      const u64 db = smem_desc(v_smem + kk * 16 * 128, S::kKBoxBytes, 1024);
-#ifndef MKC_ATTN_SKIP_PV
-      wgmma_pv<T, D>(o, p + 4 * kk, db);
-#else
-      (void)db;
-#endif
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    // Both consumers done with the stage: the producer may refill it.
-    if (t == 0) mbar_arrive(empty + s);
   }
-  if (!ok || task_state().failed) return;
-    // The rows' sums over the quad; O normalised (last instance) or the state kept (not last).
+  for (int j = 1; ok && j < nblocks; ++j) {
+    const int s = j % S::kStages, sp = (j - 1) % S::kStages;
+    const unsigned phase = (j / S::kStages) & 1, pphase = ((j - 1) / S::kStages) & 1;
+    if (!mbar_wait(a, full_k + s, phase, s) || !mbar_wait(a, full_v + sp, pphase, sp)) {
+      ok = false;
+      break;
+    }
+    float sc[kN / 2];
+    turns.begin();
+    wgmma_fence();
+    attn_issue_qk<T, D>(sc, q_smem, ring + s * S::kStageBytes, w);
+    wgmma_commit();
+    // O is not in use by a wgmma here: the rescale of the last softmax goes under Q Kᵀ.
+    attn_rescale<D>(o, alpha);
+    wgmma_fence();
+    attn_issue_pv<T, D>(o, p, ring + sp * S::kStageBytes + S::kKBytes);
+    wgmma_commit();
+    turns.end();
+    wgmma_wait<1>();
+    pin_regs<kN / 2>(sc);
+    if (t == 0) mbar_arrive(empty_k + s);
+    attn_mask<kN>(sc, j * kN, static_cast<int>(Sk), at.causal, row0, qrow, lane);
+    attn_softmax<kN, kPolyEvery>(sc, m, l, scale2, alpha);
+    wgmma_wait<0>();
+    pin_regs<D / 2>(o);
+    if (t == 0) mbar_arrive(empty_v + sp);
+    // P to 16 bits only now: the last P V read these registers.
+    attn_pack_p<T, kN>(sc, p);
+  }
+  // The last block's P V.
+  if (ok && nblocks > 0) {
+    const int s = (nblocks - 1) % S::kStages;
+    const unsigned phase = ((nblocks - 1) / S::kStages) & 1;
+    ok = mbar_wait(a, full_v + s, phase, s);
+    if (ok) {
+      turns.begin();
+      attn_rescale<D>(o, alpha);
+      wgmma_fence();
+      attn_issue_pv<T, D>(o, p, ring + s * S::kStageBytes + S::kKBytes);
+      wgmma_commit();
+      turns.end();
+      wgmma_wait<0>();
+      pin_regs<D / 2>(o);
+      if (t == 0) mbar_arrive(empty_v + s);
+    }
+  }
+  if (!ok || task_state().failed) {
+    turns.give_up();
+    return;
+  }
+  // The rows' sums over the quad; O normalised (last instance) or the state kept (not last).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -376,8 +555,9 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
   u64* q_full = bars;
   u64* full_k = bars + 1;
   u64* full_v = full_k + S::kStages;
-  u64* empty = full_v + S::kStages;
-  static_assert(kAttnBarOffset + (1 + 3 * S::kStages) * 8 <= 1024,
+  u64* empty_k = full_v + S::kStages;
+  u64* empty_v = empty_k + S::kStages;
+  static_assert(kAttnBarOffset + (1 + 4 * S::kStages) * 8 <= 1024,
                 "the attention tile's mbarriers end before Q (at 1024 bytes or later)");
   unsigned char* q_smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<unsigned long long>(smem) + 1024 + 1023) & ~1023ull);
@@ -397,7 +577,8 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
     for (int s = 0; s < S::kStages; ++s) {
       mbar_init(full_k + s, 1);
       mbar_init(full_v + s, 1);
-      mbar_init(empty + s, 2);
+      mbar_init(empty_k + s, 2);
+      mbar_init(empty_v + s, 2);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -417,28 +598,33 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
         tma_load_3d(q_smem + b * S::kQBoxBytes, map_q, 64 * b, static_cast<int>(at.q0), l, q_full);
       for (int j = 0; j < nblocks; ++j) {
         const int s = j % S::kStages;
-        if (j >= S::kStages && !mbar_wait(a, empty + s, ((j / S::kStages) - 1) & 1, s)) break;
+        const unsigned reuse = ((j / S::kStages) - 1) & 1;
+        if (j >= S::kStages && !mbar_wait(a, empty_k + s, reuse, s)) break;
         unsigned char* k_smem = ring + s * S::kStageBytes;
         unsigned char* v_smem = k_smem + S::kKBytes;
         mbar_expect_tx(full_k + s, S::kKBytes);
 #pragma unroll
         for (int b = 0; b < S::kBoxes; ++b)
           tma_load_3d(k_smem + b * S::kKBoxBytes, map_k, 64 * b, j * S::kBN, l, full_k + s);
+        if (j >= S::kStages && !mbar_wait(a, empty_v + s, reuse, s)) break;
         mbar_expect_tx(full_v + s, S::kKBytes);
 #pragma unroll
         for (int b = 0; b < S::kBoxes; ++b)
           tma_load_3d(v_smem + b * S::kKBoxBytes, map_v, 64 * b, j * S::kBN, l, full_v + s);
       }
     }
-    // setmaxnreg is .sync.aligned: warp 0's lanes meet again (lane 0 ran the loads) first.
+    // The warpgroup meets (lane 0 ran the loads) and waits for both consumers' registers.
     __syncwarp();
+    named_bar_sync(kBarRegs, 384);
     setmaxnreg_inc168();
   } else {
     setmaxnreg_inc232();
-    attention_consumer<T, TO, D>(a, v, at, nb, q_smem, ring, q_full, full_k, full_v, empty, nblocks,
-                                 wg - 1, t);
+    attention_consumer<T, TO, D>(a, v, at, nb, q_smem, ring, q_full, full_k, full_v, empty_k,
+                                 empty_v, nblocks, wg - 1, t);
     __syncwarp();
+    named_bar_sync(kBarGroup + wg - 1, 128);
     setmaxnreg_dec168();
+    named_bar_arrive(kBarRegs, 384);
   }
   __syncthreads();
 #else
