@@ -366,10 +366,13 @@ void Lowerer::lower_attention(int i) {
   for (int64_t r = 0; r < R(); ++r) {
     const View qv = view(q, r), kv = view(op.inputs[1], r), vv = view(op.inputs[2], r),
                ov = view(op.outputs[0], r);
+    const int64_t tiles = (Sq + bq - 1) / bq;
     for (int64_t l = 0; l < L; ++l) {
       const std::vector<int64_t> at = unravel(l);
-      for (int64_t q0 = 0; q0 < Sq; q0 += bq) {
-        const int64_t q1 = std::min(Sq, q0 + bq);
+      for (int64_t qi = 0; qi < tiles; ++qi) {
+        // Causal: a slice's last tiles see the most keys and come first, so that the scheduler's
+        // least-loaded placement (schedule.cc) ends with the light ones.
+        const int64_t q0 = (causal ? tiles - 1 - qi : qi) * bq, q1 = std::min(Sq, q0 + bq);
         Task t = task(i, r, TaskKind::kAttentionTile,
                       fmt::format("{}.tile({}, {})", name_of(op), l, q0 / bq));
         t.views = {flat(qv), flat(kv), flat(vv), flat(ov)};

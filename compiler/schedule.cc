@@ -66,6 +66,13 @@ int64_t task_cost(const Plan& p, const Task& t) {
   return bytes;
 }
 
+// An attention tile's work: its queries times the keys they see (causal: up to the last one).
+int64_t attention_cost(const Task& t) {
+  const auto a = args_as<abi::AttentionTileArgs>(t);
+  const int64_t sk = t.views.at(1).shape.at(1);
+  return (a.q1 - a.q0) * (a.causal ? std::min<int64_t>(sk, a.q1) : sk);
+}
+
 }  // namespace
 
 int64_t compute_ctas(const std::map<std::string, int64_t>& roles, bool any_comm, bool any_compute,
@@ -141,16 +148,19 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
                 Role{"comm", static_cast<int>(compute), static_cast<int>(comm)}};
   const int64_t ctas = compute + comm;
 
-  // Per-rank CTA lists in the global order. Compute tiles go round robin (they cost alike); a
-  // comm task goes to the comm CTA with the least work so far (bytes moved), the next one in
-  // turn among equals: a collective's phases (sends, reductions, broadcasts) cost differently,
-  // and round robin could give each CTA one phase only, leaving the slow phase on a third of them.
+  // Per-rank CTA lists in the global order. Compute tiles go round robin (they cost alike), but
+  // attention tiles go by their work (below); a comm task goes to the comm CTA with the least
+  // work so far (bytes moved), the next one in turn among equals: a collective's phases (sends,
+  // reductions, broadcasts) cost differently, and round robin could give each CTA one phase
+  // only, leaving the slow phase on a third of them.
   std::vector<int> by_order(n);
   for (size_t t = 0; t < n; ++t) by_order[plan.tasks[t].order] = static_cast<int>(t);
   plan.cta_tasks.assign(plan.ranks, std::vector<std::vector<int>>(ctas));
   std::vector<int64_t> next_compute(plan.ranks, 0), next_comm(plan.ranks, 0),
       next_any(plan.ranks, 0);
   std::vector<std::vector<int64_t>> comm_load(plan.ranks, std::vector<int64_t>(comm, 0));
+  std::vector<std::vector<int64_t>> attention_load(plan.ranks,
+                                                   std::vector<int64_t>(compute, 0));
   // A group's CTA, the same on every rank: groups take the comm CTAs in turn, shifted by one CTA
   // each round, so that a CTA's chunks do not all have the same owner (a two-shot all-reduce's
   // owner of chunk c is rank c mod R: with an even CTA count and R = 2, plain turns gave half the
@@ -181,6 +191,19 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
       }
       load[best] += task_cost(plan, task);
       cta = static_cast<int>(compute + best);
+    } else if (task.kind == TaskKind::kAttentionTile) {
+      // Attention tiles differ in cost (causal ones by up to the number of key blocks): each goes
+      // to the compute CTA with the least attention work so far, the next one in turn among
+      // equals (equal tiles: round robin).
+      std::vector<int64_t>& load = attention_load[task.rank];
+      int64_t best = next_compute[task.rank] % compute;
+      for (int64_t i = 1; i < compute; ++i) {
+        const int64_t c = (next_compute[task.rank] + i) % compute;
+        if (load[c] < load[best]) best = c;
+      }
+      next_compute[task.rank] = best + 1;
+      load[best] += attention_cost(task);
+      cta = static_cast<int>(best);
     } else {
       cta = static_cast<int>(next_compute[task.rank]++ % compute);
     }
