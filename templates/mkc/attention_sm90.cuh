@@ -89,20 +89,6 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-// exp2 on the FMA pipe, for x <= 0 (-inf gives about 1e-38): x rounded to the nearest integer n
-// (the 1.5 * 2^23 trick leaves n in the low bits of t), 2^f for f = x - n in [-0.5, 0.5] by a
-// cubic (relative error 7.7e-5, below a bf16 or f16 P's rounding), n added to the exponent. The
-// softmax of one block needs as many exp2 as Q Kᵀ and P V take tensor-core cycles at head dim 64
-// (16 per clock per SM on the MUFU pipe): computing a part of them here takes load off that pipe.
-__device__ __forceinline__ float ex2_fma(float x) {
-  x = fmaxf(x, -127.0f);
-  const float t = x + 12582912.0f;
-  const float n = t - 12582912.0f;
-  const float f = x - n;
-  const float p = fmaf(fmaf(fmaf(0.055088767f, f, 0.242604656f), f, 0.693276283f), f, 0.999928905f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
 // S(64 x 128, f32) = (accumulate ? S : 0) + A(64 x 16, K-major smem) x B(16 x 128, K-major smem):
 // Q Kᵀ, both operands with the head dim contiguous (no transpose of B).
 #define MKC_DEFINE_WGMMA_QK(AB)                                                                   \
@@ -291,7 +277,7 @@ __device__ __forceinline__ void attn_mask(float* sc, int key0, int Sk, bool caus
 // came before, P = exp2(scale2 * S - m) in f32 in place of S (packed to 16 bits once the last
 // P V is done with the registers of P, attn_pack_p), and the running sum (per thread; the quad's
 // parts are added at the end).
-template <int kN, int kPolyEvery>
+template <int kN>
 __device__ __forceinline__ void attn_softmax(float* sc, float* m, float* l, float scale2,
                                              float* alpha) {
 #pragma unroll
@@ -312,10 +298,7 @@ __device__ __forceinline__ void attn_softmax(float* sc, float* m, float* l, floa
     for (int g = 0; g < kN / 8; ++g) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float x = fmaf(sc[4 * g + 2 * h + e], scale2, -m_use);
-        // Every kPolyEvery-th group of columns on the FMA pipe (0: none).
-        sc[4 * g + 2 * h + e] =
-            kPolyEvery > 0 && g % kPolyEvery == kPolyEvery - 1 ? ex2_fma(x) : ex2(x);
+        sc[4 * g + 2 * h + e] = ex2(fmaf(sc[4 * g + 2 * h + e], scale2, -m_use));
         sum += sc[4 * g + 2 * h + e];
       }
     }
@@ -389,11 +372,6 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
                                                    u64* empty_v, int nblocks, int w, int t) {
   using S = AttnShape<D>;
   constexpr int kN = S::kBN;
-#ifdef MKC_ATTN_POLY_EXP2
-  constexpr int kPolyEvery = MKC_ATTN_POLY_EXP2;
-#else
-  constexpr int kPolyEvery = 0;
-#endif
   const long long Sq = v[0].shape[1], Sk = v[1].shape[1];
   const int warp = t / 32, lane = t % 32;
   const int row0 = static_cast<int>(at.q0) + 64 * w;
@@ -454,7 +432,7 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
       pin_regs<kN / 2>(sc);
       if (t == 0) mbar_arrive(empty_k);
       attn_mask<kN>(sc, 0, static_cast<int>(Sk), at.causal, row0, qrow, lane);
-      attn_softmax<kN, kPolyEvery>(sc, m, l, scale2, alpha);
+      attn_softmax<kN>(sc, m, l, scale2, alpha);
       attn_pack_p<T, kN>(sc, p);
     }
   }
@@ -480,7 +458,7 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
     pin_regs<kN / 2>(sc);
     if (t == 0) mbar_arrive(empty_k + s);
     attn_mask<kN>(sc, j * kN, static_cast<int>(Sk), at.causal, row0, qrow, lane);
-    attn_softmax<kN, kPolyEvery>(sc, m, l, scale2, alpha);
+    attn_softmax<kN>(sc, m, l, scale2, alpha);
     wgmma_wait<0>();
     pin_regs<D / 2>(o);
     if (t == 0) mbar_arrive(empty_v + sp);
