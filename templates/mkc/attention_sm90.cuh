@@ -434,6 +434,7 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
       attn_mask<kN>(sc, 0, static_cast<int>(Sk), at.causal, row0, qrow, lane);
       attn_softmax<kN>(sc, m, l, scale2, alpha);
       attn_pack_p<T, kN>(sc, p);
+      pin_regs<kN / 4>(p);
     }
   }
   for (int j = 1; ok && j < nblocks; ++j) {
@@ -450,6 +451,7 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
     wgmma_commit();
     // O is not in use by a wgmma here: the rescale of the last softmax goes under Q Kᵀ.
     attn_rescale<D>(o, alpha);
+    pin_regs<D / 2>(o);
     wgmma_fence();
     attn_issue_pv<T, D>(o, p, ring + sp * S::kStageBytes + S::kKBytes);
     wgmma_commit();
@@ -464,6 +466,7 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
     if (t == 0) mbar_arrive(empty_v + sp);
     // P to 16 bits only now: the last P V read these registers.
     attn_pack_p<T, kN>(sc, p);
+    pin_regs<kN / 4>(p);
   }
   // The last block's P V.
   if (ok && nblocks > 0) {
@@ -473,6 +476,7 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
     if (ok) {
       turns.begin();
       attn_rescale<D>(o, alpha);
+      pin_regs<D / 2>(o);
       wgmma_fence();
       attn_issue_pv<T, D>(o, p, ring + s * S::kStageBytes + S::kKBytes);
       wgmma_commit();
