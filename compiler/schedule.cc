@@ -159,8 +159,7 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
   std::vector<int64_t> next_compute(plan.ranks, 0), next_comm(plan.ranks, 0),
       next_any(plan.ranks, 0);
   std::vector<std::vector<int64_t>> comm_load(plan.ranks, std::vector<int64_t>(comm, 0));
-  std::vector<std::vector<int64_t>> attention_load(plan.ranks,
-                                                   std::vector<int64_t>(compute, 0));
+  std::vector<std::vector<int64_t>> attention_load(plan.ranks, std::vector<int64_t>(compute, 0));
   // A group's CTA, the same on every rank: groups take the comm CTAs in turn, shifted by one CTA
   // each round, so that a CTA's chunks do not all have the same owner (a two-shot all-reduce's
   // owner of chunk c is rank c mod R: with an even CTA count and R = 2, plain turns gave half the
