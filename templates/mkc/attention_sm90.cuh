@@ -204,8 +204,8 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Pins registers that an asynchronous wgmma writes or reads at this point of the program, so
-// that no arithmetic on them is moved across the wgmma.wait_group before it.
+// Pins registers that an asynchronous wgmma writes or reads at this point of the program, so that
+// no arithmetic on them moves across the wgmma.wait_group before it or the wgmma.fence after it.
 template <int N>
 __device__ __forceinline__ void pin_regs(float* r) {
 #pragma unroll
@@ -252,8 +252,8 @@ struct AttnTurns {
   }
 };
 
-// Mask where a key is past the slice or (causal) after the query; positions in the slice (int:
-// the lowering keeps a slice's length below 2^31).
+// Mask where a key is past the slice or (causal) after the query; positions in the slice as int
+// (2^31 keys of one slice would be 256 GiB at head dim 64: not checked anywhere).
 template <int kN>
 __device__ __forceinline__ void attn_mask(float* sc, int key0, int Sk, bool causal, int row0,
                                           const int* qrow, int lane) {

@@ -86,8 +86,8 @@ TEST_CASE("every sample compiles to an sm_90a cubin without spills") {
     const int budget = spill_budget(b->kernels[0]);
     CHECK_MESSAGE(out.spill_bytes <= budget, entry.path() << " spills " << out.spill_bytes
                                                           << " bytes (budget " << budget << ")");
-    // ptxas says when it makes every wgmma wait for the one before (C7510-C7520: a branch
-    // between a wgmma and the use of its registers, too few registers, ...): a kernel then runs
+    // ptxas says when it makes every wgmma wait for the one before (notes C7512, C7520: too few
+    // registers, a branch between a wgmma and the use of its registers): a kernel then runs
     // its tensor-core tiles at a fraction of their speed with nothing else to show for it.
     CHECK_MESSAGE(out.log.find("are serialized") == std::string::npos,
                   entry.path() << ": ptxas serialises wgmma:\n"
