@@ -56,33 +56,12 @@ constexpr int kAttnBarOffset = 192;  // q_full, full_k[], full_v[], empty_k[], e
 
 #if MKC_HAS_WGMMA
 
-// Register reallocation between the warpgroups (off with MKC_ATTN_NO_SETMAXNREG, an NVRTC -D):
-// the producer runs on 40 registers and the consumers on 232. setmaxnreg.inc blocks until the
-// CTA's pool has the registers, so the producer takes its 168 back only after both consumers
-// have given theirs (named barrier kBarRegs); taking them back earlier (the first version, which
-// hung at head dim 128 on an H200 on 2026-12-01) could leave the consumers waiting for registers
-// and the producer waiting for the consumers to free a stage.
-#ifndef MKC_ATTN_NO_SETMAXNREG
-__device__ __forceinline__ void setmaxnreg_dec40() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-}
-__device__ __forceinline__ void setmaxnreg_inc232() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-}
-// Back to the kernel's allocation (__launch_bounds__(384, 1): 168) for the tasks after this one.
-__device__ __forceinline__ void setmaxnreg_inc168() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 168;\n" ::: "memory");
-}
-__device__ __forceinline__ void setmaxnreg_dec168() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 168;\n" ::: "memory");
-}
-#else
-__device__ __forceinline__ void setmaxnreg_dec40() {}
-__device__ __forceinline__ void setmaxnreg_inc232() {}
-__device__ __forceinline__ void setmaxnreg_inc168() {}
-__device__ __forceinline__ void setmaxnreg_dec168() {}
-#endif
-
+// Register reallocation between the warpgroups (hopper.cuh; off with MKC_NO_SETMAXNREG, an
+// NVRTC -D): the producer runs on 40 registers and the consumers on 232. setmaxnreg.inc blocks
+// until the CTA's pool has the registers, so the producer takes its 168 back only after both
+// consumers have given theirs (named barrier kBarRegs); taking them back earlier (the first
+// version, which hung at head dim 128 on an H200 on 2026-12-01) could leave the consumers waiting
+// for registers and the producer waiting for the consumers to free a stage.
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -194,15 +173,9 @@ __device__ __forceinline__ void wgmma_pv(float* d, const unsigned* a, u64 db) {
 
 // Named barriers of the tile (0 is __syncthreads): the producer waits on kBarRegs for both
 // consumers to have given their registers back; the consumers take turns at their MMAs on
-// kBarTurn + w; each consumer warpgroup meets on kBarGroup + w before its setmaxnreg.
-constexpr int kBarRegs = 1, kBarTurn = 2, kBarGroup = 4;
-
-__device__ __forceinline__ void named_bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
+// kBarTurn + w; each consumer warpgroup meets on kBarGroup + w before its setmaxnreg (kBarRegs
+// and kBarGroup: hopper.cuh).
+constexpr int kBarTurn = 2;
 
 // Pins registers that an asynchronous wgmma writes or reads at this point of the program, so that
 // no arithmetic on them moves across the wgmma.wait_group before it or the wgmma.fence after it.
@@ -566,7 +539,7 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
   }
   __syncthreads();
   if (wg == 0) {
-    setmaxnreg_dec40();
+    setmaxnreg_dec<40>();
     if (t == 0) {
       // Q, K and V may have been written with plain stores by an earlier task of this CTA.
       asm volatile("fence.proxy.async.global;" ::: "memory");
@@ -598,14 +571,14 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
     // The warpgroup meets (lane 0 ran the loads) and waits for both consumers' registers.
     __syncwarp();
     named_bar_sync(kBarRegs, 384);
-    setmaxnreg_inc168();
+    setmaxnreg_inc<168>();
   } else {
-    setmaxnreg_inc232();
+    setmaxnreg_inc<232>();
     attention_consumer<T, TO, D>(a, v, at, nb, q_smem, ring, q_full, full_k, full_v, empty_k,
                                  empty_v, nblocks, wg - 1, t);
     __syncwarp();
     named_bar_sync(kBarGroup + wg - 1, 128);
-    setmaxnreg_dec168();
+    setmaxnreg_dec<168>();
     named_bar_arrive(kBarRegs, 384);
   }
   __syncthreads();

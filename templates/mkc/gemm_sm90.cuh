@@ -294,6 +294,11 @@ __device__ __forceinline__ bool consume_tile(const KernelArgs& a,
 // (a list's rows are known only when it runs). gemm_run below is the one-job
 // version, the job in registers: kept apart because the GEMM tile needs every register (the
 // list version's loop shape costs the plain tile 12 B of spills).
+// The list runs with its registers reallocated (hopper.cuh): the producer on 56, the consumers on
+// 224. At the kernel's 168 a 128 x 256 tile's consumers spilled 32 B (ptxas, CUDA 13.0); 40 / 232
+// spills in the producer's loop over the list, 88 / 208 in the consumers'.
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+static_assert(kProducerRegs + 2 * kConsumerRegs == 3 * 168, "the CTA's register pool");
 template <typename TAB, typename TC, typename TBias, int BM, int BN, typename Jobs, typename Fn>
 __device__ __forceinline__ void gemm_run_jobs(const KernelArgs& a, int njobs, Jobs jobs,
                                               const long long* args, unsigned char* smem, Fn fn) {
@@ -321,6 +326,7 @@ __device__ __forceinline__ void gemm_run_jobs(const KernelArgs& a, int njobs, Jo
   }
   __syncthreads();
   if (wg == 0) {
+    setmaxnreg_dec<kProducerRegs>();
     if (t == 0) {
       unsigned n = ps->next_load;
       int skip = ps->prefetched_args == args ? ps->prefetched : 0;
@@ -341,7 +347,11 @@ __device__ __forceinline__ void gemm_run_jobs(const KernelArgs& a, int njobs, Jo
       ps->prefetched = 0;
       ps->prefetched_args = nullptr;
     }
+    __syncwarp();
+    named_bar_sync(kBarRegs, 384);
+    setmaxnreg_inc<168>();
   } else {
+    setmaxnreg_inc<kConsumerRegs>();
     const int w = wg - 1;
     unsigned c = ps->next_consume;
     // This warpgroup's part of each tile: rows row_off.., columns col_off..
@@ -369,6 +379,10 @@ __device__ __forceinline__ void gemm_run_jobs(const KernelArgs& a, int njobs, Jo
       }
     }
     if (threadIdx.x == 128) ps->next_consume = c;
+    __syncwarp();
+    named_bar_sync(kBarGroup + w, 128);
+    setmaxnreg_dec<168>();
+    named_bar_arrive(kBarRegs, 384);
   }
   // The state is published before the next task reads it.
   __syncthreads();
