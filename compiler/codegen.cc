@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 
+#include "compiler/device_code.h"
 #include "support/check.h"
 #include "support/error.h"
 #include "support/version.h"
@@ -18,27 +19,7 @@ using plan::Plan;
 using plan::Task;
 using plan::TaskKind;
 
-const char* ctype(compiler::DType t) {
-  switch (t) {
-    case compiler::DType::kBf16:
-      return "__nv_bfloat16";
-    case compiler::DType::kF16:
-      return "__half";
-    case compiler::DType::kF32:
-      return "float";
-    case compiler::DType::kF64:
-      return "double";
-    case compiler::DType::kFp8E4m3:
-      return "__nv_fp8_e4m3";
-    case compiler::DType::kFp8E5m2:
-      return "__nv_fp8_e5m2";
-    case compiler::DType::kI32:
-      return "int";
-    case compiler::DType::kI64:
-      return "long long";
-  }
-  return "void";
-}
+using compiler::cuda_type;
 
 class Generator {
  public:
@@ -281,7 +262,7 @@ class Generator {
   }
 
   std::string type_of(const Task& t, size_t view) const {
-    return ctype(p_.buffers[t.views[view].buffer].dtype);
+    return cuda_type(p_.buffers[t.views[view].buffer].dtype);
   }
 
   void device_functions() {
@@ -290,21 +271,17 @@ class Generator {
     line("// The schedule's device functions.");
     for (size_t i = 0; i < fns.size(); ++i) {
       const compiler::DeviceFunction& f = fns[i];
-      std::string params;
-      for (const auto& [name, t] : f.params)
-        params += fmt::format("{}{} {}", params.empty() ? "" : ", ", ctype(t), name);
       if (o_.file)
         line(fmt::format("#line {} \"{}\"", o_.file->line_col(f.body_span.begin).line,
                          o_.file->path()));
-      line(fmt::format("__device__ __forceinline__ {} {}({}) {{{}}}", ctype(f.ret), f.name, params,
-                       f.body));
+      line(compiler::device_function_definition(f));
       if (o_.file) line(fmt::format("#line {} \"{}.cu\"", current_line() + 1, p_.schedule));
       // As an epilogue: f32 in, f32 out.
       if (f.params.size() == 1) {
         line(
             fmt::format("struct mkc_fn_{} {{\n  __device__ __forceinline__ float operator()(float "
                         "x) const {{ return mkc::to_f32({}(mkc::from_f32<{}>(x))); }}\n}};",
-                        f.name, f.name, ctype(f.params[0].second)));
+                        f.name, f.name, cuda_type(f.params[0].second)));
       }
     }
     line("");
@@ -362,23 +339,26 @@ class Generator {
           line(fmt::format("  mkc::copy_rows<{}>(a, v, args, kBuffers);", type_of(t, 0)));
           break;
         case TaskKind::kMapTile: {
+          // templates/mkc/map.cuh: the function over the tile's rows, 8 elements a thread at once.
           const size_t n = t.views.size() - 1;
           const compiler::DeviceFunction& f =
               p_.source->device_fns[plan::args_as<abi::MapTileArgs>(t).fn];
-          std::string call;
+          std::string params, call, ptrs;
           for (size_t i = 0; i < n; ++i) {
             line(fmt::format("  const auto* x{} = mkc::view_ptr<{}>(a, v[{}], kBuffers);", i,
                              type_of(t, i), i));
-            call += fmt::format("{}mkc::from_f32<{}>(mkc::to_f32(x{}[e]))", i ? ", " : "",
-                                ctype(f.params[i].second), i);
+            params += fmt::format("{}{} p{}", i ? ", " : "", type_of(t, i), i);
+            call += fmt::format("{}mkc::from_f32<{}>(mkc::to_f32(p{}))", i ? ", " : "",
+                                cuda_type(f.params[i].second), i);
+            ptrs += fmt::format(", x{}", i);
           }
           line(fmt::format("  auto* y = mkc::view_ptr<{}>(a, v[{}], kBuffers);", type_of(t, n), n));
           line(fmt::format("  const long long row = mkc::elems_from(v[{}], 1);", n));
           line("  const mkc::abi::MapTileArgs& m = mkc::args_as<mkc::abi::MapTileArgs>(args);");
-          line("  for (long long e = m.r0 * row + threadIdx.x; e < m.r1 * row; e += blockDim.x) {");
-          line(fmt::format("    y[e] = mkc::from_f32<{}>(mkc::to_f32({}({})));", type_of(t, n),
-                           f.name, call));
-          line("  }");
+          line(
+              fmt::format("  mkc::map_range(y, m.r0 * row, m.r1 * row, []({}) {{ return "
+                          "mkc::to_f32({}({})); }}{});",
+                          params, f.name, call, ptrs));
           break;
         }
         case TaskKind::kReduceTile:

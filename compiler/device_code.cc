@@ -5,6 +5,8 @@
 // math library, and the names code generation itself defines at namespace scope.
 #include "compiler/device_code.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <string>
 #include <unordered_set>
@@ -205,6 +207,36 @@ std::optional<size_t> find_preprocessor_directive(std::string_view body) {
     i = nl + 1;
   }
   return std::nullopt;
+}
+
+const char* cuda_type(DType t) {
+  switch (t) {
+    case DType::kBf16:
+      return "__nv_bfloat16";
+    case DType::kF16:
+      return "__half";
+    case DType::kF32:
+      return "float";
+    case DType::kF64:
+      return "double";
+    case DType::kFp8E4m3:
+      return "__nv_fp8_e4m3";
+    case DType::kFp8E5m2:
+      return "__nv_fp8_e5m2";
+    case DType::kI32:
+      return "int";
+    case DType::kI64:
+      return "long long";
+  }
+  return "void";
+}
+
+std::string device_function_definition(const DeviceFunction& f) {
+  std::string params;
+  for (const auto& [name, t] : f.params)
+    params += fmt::format("{}{} {}", params.empty() ? "" : ", ", cuda_type(t), name);
+  return fmt::format("__device__ __forceinline__ {} {}({}) {{{}}}", cuda_type(f.ret), f.name,
+                     params, f.body);
 }
 
 }  // namespace mkc::compiler

@@ -8,9 +8,19 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
 
+#include "compiler/program.h"
+
 namespace mkc::compiler {
+
+// The CUDA C++ type of an element type ("__nv_bfloat16", "float", ...).
+const char* cuda_type(DType t);
+
+// A device function as one line of CUDA C++: `__device__ __forceinline__ RET NAME(PARAMS) {BODY}`.
+// The generated kernel and the check's evaluator (runtime/device_fn_eval.h) both compile this.
+std::string device_function_definition(const DeviceFunction& f);
 
 // Why `name` cannot name a device function or one of its parameters ("a C++ keyword", ...), or
 // null when it can.

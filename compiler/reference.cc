@@ -33,14 +33,26 @@ struct Ref {
 
 class Evaluator {
  public:
-  Evaluator(const compiler::CheckedSchedule& s, const HostFns& fns,
+  Evaluator(const compiler::CheckedSchedule& s, const HostFns& fns, const BatchFns& batch,
             std::vector<std::vector<std::vector<double>>>& d)
       : s_(s), d_(d), R_(s.ranks) {
     for (const compiler::DeviceFunction& f : s.device_fns) {
+      if (auto b = batch.find(f.name); b != batch.end()) {
+        fns_.push_back(b->second);
+        continue;
+      }
       auto it = fns.find(f.name);
       if (it == fns.end())
         throw UserError(fmt::format("no host implementation of device function `{}`", f.name));
-      fns_.push_back(it->second);
+      fns_.push_back(
+          [fn = it->second, arity = f.params.size()](const std::vector<double>& args, size_t n) {
+            std::vector<double> out(n), one(arity);
+            for (size_t e = 0; e < n; ++e) {
+              for (size_t k = 0; k < arity; ++k) one[k] = args[e * arity + k];
+              out[e] = fn(one);
+            }
+            return out;
+          });
     }
   }
 
@@ -74,14 +86,17 @@ class Evaluator {
           Ref a = ref(op.inputs[0], r), b = ref(op.inputs[1], r), c = ref(op.outputs[0], r);
           const int64_t M = a.shape[0], K = a.shape[1], N = b.shape[1];
           const auto bias = op.tensor_args.find("bias");
+          std::vector<double> acc(static_cast<size_t>(M * N));
           for (int64_t m = 0; m < M; ++m) {
             for (int64_t n = 0; n < N; ++n) {
-              double acc = 0;
-              for (int64_t k = 0; k < K; ++k) acc += a[m * K + k] * b[k * N + n];
-              if (bias != op.tensor_args.end()) acc += whole(bias->second, r)[n];
-              c[m * N + n] = op.device_fn >= 0 ? fns_[op.device_fn]({acc}) : acc;
+              double sum = 0;
+              for (int64_t k = 0; k < K; ++k) sum += a[m * K + k] * b[k * N + n];
+              if (bias != op.tensor_args.end()) sum += whole(bias->second, r)[n];
+              acc[m * N + n] = sum;
             }
           }
+          epilogue(op, acc);
+          for (int64_t e = 0; e < M * N; ++e) c[e] = acc[e];
         }
         return;
       case OpKind::kGroupedGemm:
@@ -90,18 +105,21 @@ class Evaluator {
               cn = whole(op.tensor_args.at("counts"), r);
           const int64_t G = w.shape[0], K = w.shape[1], N = w.shape[2];
           int64_t row = 0;
+          std::vector<double> acc;
           for (int64_t g = 0; g < G; ++g) {
             int64_t rows = 0;
             for (int64_t l = 0; l < cn.size() / G; ++l) rows += static_cast<int64_t>(cn[l * G + g]);
             for (int64_t q = row; q < row + rows; ++q) {
               for (int64_t n = 0; n < N; ++n) {
-                double acc = 0;
-                for (int64_t k = 0; k < K; ++k) acc += x[q * K + k] * w[(g * K + k) * N + n];
-                y[q * N + n] = op.device_fn >= 0 ? fns_[op.device_fn]({acc}) : acc;
+                double sum = 0;
+                for (int64_t k = 0; k < K; ++k) sum += x[q * K + k] * w[(g * K + k) * N + n];
+                acc.push_back(sum);
               }
             }
             row += rows;
           }
+          epilogue(op, acc);
+          for (size_t e = 0; e < acc.size(); ++e) y[static_cast<int64_t>(e)] = acc[e];
         }
         return;
       case OpKind::kMap:
@@ -110,14 +128,15 @@ class Evaluator {
           Ref y = ref(op.outputs[0], r);
           std::vector<Ref> xs;
           for (const TensorUse& u : op.inputs) xs.push_back(ref(u, r));
-          std::vector<double> args(xs.size());
           // Read everything first: an operation may read and write one tensor.
-          std::vector<double> out(y.size());
-          for (int64_t e = 0; e < y.size(); ++e) {
-            for (size_t k = 0; k < xs.size(); ++k) args[k] = xs[k][e];
-            out[e] = op.kind == OpKind::kMap ? fns_[op.device_fn](args) : args[0];
+          const size_t arity = xs.size(), n = static_cast<size_t>(y.size());
+          std::vector<double> args(n * arity);
+          for (size_t e = 0; e < n; ++e) {
+            for (size_t k = 0; k < arity; ++k) args[e * arity + k] = xs[k][static_cast<int64_t>(e)];
           }
-          for (int64_t e = 0; e < y.size(); ++e) y[e] = out[e];
+          const std::vector<double> out =
+              op.kind == OpKind::kMap ? fns_[op.device_fn](args, n) : args;
+          for (size_t e = 0; e < n; ++e) y[static_cast<int64_t>(e)] = out[e];
         }
         return;
       case OpKind::kReduce:
@@ -315,7 +334,12 @@ class Evaluator {
   const compiler::CheckedSchedule& s_;
   std::vector<std::vector<std::vector<double>>>& d_;
   int64_t R_;
-  std::vector<HostFn> fns_;
+  // A GEMM's epilogue function over its accumulators, all at once.
+  void epilogue(const OpInstance& op, std::vector<double>& acc) {
+    if (op.device_fn >= 0) acc = fns_[op.device_fn](acc, acc.size());
+  }
+
+  std::vector<BatchFn> fns_;
   std::map<std::pair<const dsl::OpDecl*, int64_t>,
            std::vector<std::vector<std::pair<std::vector<double>, std::vector<double>>>>>
       seen_;
@@ -325,9 +349,14 @@ class Evaluator {
 
 }  // namespace
 
+void reference(const compiler::CheckedSchedule& s, const HostFns& fns, const BatchFns& batch,
+               std::vector<std::vector<std::vector<double>>>& data) {
+  Evaluator(s, fns, batch, data).run();
+}
+
 void reference(const compiler::CheckedSchedule& s, const HostFns& fns,
                std::vector<std::vector<std::vector<double>>>& data) {
-  Evaluator(s, fns, data).run();
+  reference(s, fns, {}, data);
 }
 
 }  // namespace mkc::plan

@@ -5,6 +5,9 @@
 // interpreter's results with it.
 #pragma once
 
+#include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "compiler/interpret.h"
@@ -12,8 +15,17 @@
 
 namespace mkc::plan {
 
+// A device function over n argument tuples at once: args[e * arity + k] is argument k of tuple e;
+// returns the n results. For evaluators that pay per call, not per element (a GPU kernel:
+// runtime/device_fn_eval.h).
+using BatchFn = std::function<std::vector<double>(const std::vector<double>& args, size_t n)>;
+using BatchFns = std::map<std::string, BatchFn>;
+
 // data[rank][tensor]: the user tensors (index = CheckedSchedule::tensors), inputs filled, the rest
-// NaN. Evaluates every operation in place.
+// NaN. Evaluates every operation in place. A device function is taken from `batch` where it is
+// there, else from `fns`; one in neither is a UserError.
+void reference(const compiler::CheckedSchedule& s, const HostFns& fns, const BatchFns& batch,
+               std::vector<std::vector<std::vector<double>>>& data);
 void reference(const compiler::CheckedSchedule& s, const HostFns& fns,
                std::vector<std::vector<std::vector<double>>>& data);
 

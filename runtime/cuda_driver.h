@@ -33,6 +33,7 @@ namespace mkc::rt {
   X(cuDevicePrimaryCtxRelease, 11000)                  \
   X(cuCtxSetCurrent, 4000)                             \
   X(cuCtxGetCurrent, 4000)                             \
+  X(cuCtxGetDevice, 2000)                              \
   X(cuCtxSynchronize, 2000)                            \
   X(cuModuleLoadData, 2000)                            \
   X(cuModuleUnload, 2000)                              \

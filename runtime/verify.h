@@ -29,7 +29,7 @@ double tolerance_for(compiler::DType t);
 
 // Launches once with inputs drawn from `seed` and returns one check per local rank and user
 // tensor (under a group, every process calls it and checks its own rank).
-// Throws UserError when the schedule has device functions that `fns` does not implement.
+// Device functions that `fns` does not implement run on the GPU (runtime/device_fn_eval.h).
 std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan,
                                         const plan::HostFns& fns, uint64_t seed);
 // The same with inputs from `inputs` (e.g. read from files).

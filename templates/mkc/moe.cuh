@@ -246,8 +246,10 @@ __device__ void combine_send(const KernelArgs& a, const View* v, const long long
   }
 }
 
-// MoE combine, step 2: Out[t] = sum_k W[t, k] * back[t, k] for rows [r0, r1).
-// Args CombineReduceArgs; views {back [T, K, H], W (f32 [T, K]) or back, Out}.
+// MoE combine, step 2: Out[t] = sum_k W[t, k] * back[t, k] for rows [r0, r1), summed in f32.
+// Args CombineReduceArgs; views {back [T, K, H], W (f32 [T, K]) or back, Out}. A thread takes 8
+// consecutive h of a token (16-byte loads of a 16-bit type, 4 of the K rows in flight) where H is
+// a multiple of 8 and both tensors are aligned; one element at a time otherwise.
 template <typename T>
 __device__ void combine_reduce(const KernelArgs& a, const View* v, const long long* args, int nb) {
   const T* back = view_ptr<T>(a, v[0], nb);
@@ -255,6 +257,25 @@ __device__ void combine_reduce(const KernelArgs& a, const View* v, const long lo
   const float* w = c.has_weights ? view_ptr<float>(a, v[1], nb) : nullptr;
   T* out = view_ptr<T>(a, v[2], nb);
   const long long K = v[0].shape[1], H = v[0].shape[2];
+  if (H % 8 == 0 && run8_aligned(back) && run8_aligned(out)) {
+    const long long per_row = H / 8;
+    for (long long i = c.r0 * per_row + threadIdx.x; i < c.r1 * per_row; i += blockDim.x) {
+      const long long tok = i / per_row, h = (i - tok * per_row) * 8;
+      float acc[8] = {};
+#pragma unroll 4
+      for (long long k = 0; k < K; ++k) {
+        const Run8<T> r = load_run8(back + (tok * K + k) * H + h);
+        const float wk = w ? w[tok * K + k] : 1.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] += wk * to_f32(r.v[j]);
+      }
+      Run8<T> o;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o.v[j] = from_f32<T>(acc[j]);
+      *reinterpret_cast<Run8<T>*>(out + tok * H + h) = o;
+    }
+    return;
+  }
   for (long long i = c.r0 * H + threadIdx.x; i < c.r1 * H; i += blockDim.x) {
     const long long tok = i / H, h = i % H;
     float acc = 0.0f;

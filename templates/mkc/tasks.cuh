@@ -14,6 +14,7 @@
 #include "mkc/attention_simt.cuh"
 #include "mkc/gemm_simt.cuh"
 #include "mkc/grouped_gemm.cuh"
+#include "mkc/map.cuh"
 #include "mkc/moe.cuh"
 #include "mkc/movement.cuh"
 #include "mkc/reduce.cuh"

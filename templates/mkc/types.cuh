@@ -60,6 +60,24 @@ __device__ __forceinline__ __nv_fp8_e5m2 from_f32<__nv_fp8_e5m2>(float v) {
   return __nv_fp8_e5m2(v);
 }
 
+// Eight consecutive elements, loaded or stored as one aligned block (16 bytes of a 16-bit type;
+// an f32 run is two 16-byte vectors, an fp8 one 8 bytes): the elementwise tasks' vector access.
+template <typename T>
+struct alignas(8 * sizeof(T) < 16 ? 8 * sizeof(T) : 16) Run8 {
+  T v[8];
+};
+
+template <typename T>
+__device__ __forceinline__ bool run8_aligned(const T* p) {
+  constexpr unsigned long long kAlign = alignof(Run8<T>);
+  return (reinterpret_cast<unsigned long long>(p) & (kAlign - 1)) == 0;
+}
+
+template <typename T>
+__device__ __forceinline__ Run8<T> load_run8(const T* p) {
+  return *reinterpret_cast<const Run8<T>*>(p);
+}
+
 // The identity epilogue.
 struct NoFn {
   __device__ __forceinline__ float operator()(float x) const { return x; }

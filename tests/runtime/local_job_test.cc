@@ -281,13 +281,14 @@ GPU_TEST_CASE("ranks sharing GPUs: the collectives and fused samples at 4 and 8 
                                 return a[0] / (1.0 + std::exp(-a[0])) * a[1];
                               }}};
   for (int ranks : {4, 8}) {
-    for (const char* name :
-         {"allreduce", "allgather", "reducescatter", "alltoall", "gemm_allreduce",
-          "gemm_reducescatter", "allgather_gemm", "moe_dispatch_gemm", "ring_attention"}) {
+    for (const char* name : {"allreduce", "allgather", "reducescatter", "alltoall",
+                             "gemm_allreduce", "gemm_reducescatter", "allgather_gemm",
+                             "moe_dispatch_gemm", "moe_ffn_combine", "ring_attention"}) {
       SUBCASE(fmt::format("{} ranks {}", ranks, name).c_str()) {
         auto c = compile(dsl::SourceFile::read(fmt::format("samples/{}.mks", name)), ranks,
                          kSizes.at(name));
-        run_and_check(*c, 2, fns);
+        // swiglu from the host at 4 ranks, evaluated on the GPU at 8 (runtime/device_fn_eval.h).
+        run_and_check(*c, 2, ranks == 4 ? fns : plan::HostFns{});
       }
     }
   }

@@ -104,7 +104,8 @@ options (and -D, --sms as for `mkc check`):
                        $MKC_RANKS_PER_NODE, else the launcher's ranks per host): edges between
                        nodes go through the host proxies (transport: $MKC_NET, docs/NET.md)
   --share-gpus         allow more ranks than GPUs (rank r on GPU r % G): for tests, not speed
-  --check              compare every output of every rank with the reference (fresh random data)
+  --check              compare every output of every rank with the reference (fresh random data;
+                       device functions run on the GPU, the rest of the reference in f64)
   --iters N            time N back-to-back launches (at most 1000000) and print the time per
                        launch
   --timeout-ms T       how long a wait inside the kernel may take before it reports (default

@@ -1,0 +1,176 @@
+#include "runtime/device_fn_eval.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <vector>
+
+#include "compiler/device_code.h"
+#include "compiler/jit.h"
+#include "runtime/cuda_driver.h"
+#include "support/check.h"
+#include "support/error.h"
+
+namespace mkc::rt {
+namespace {
+
+using compiler::DType;
+
+// Argument k of the tuple, as the parameter type: floats through f32 like the kernel's `map`.
+std::string argument(DType t, size_t k) {
+  switch (t) {
+    case DType::kF64:
+      return fmt::format("a[{}]", k);
+    case DType::kI32:
+      return fmt::format("static_cast<int>(a[{}])", k);
+    case DType::kI64:
+      return fmt::format("static_cast<long long>(a[{}])", k);
+    default:
+      return fmt::format("mkc::from_f32<{}>(static_cast<float>(a[{}]))", compiler::cuda_type(t), k);
+  }
+}
+
+std::string result(DType t, const std::string& call) {
+  switch (t) {
+    case DType::kF64:
+    case DType::kI32:
+    case DType::kI64:
+      return fmt::format("static_cast<double>({})", call);
+    default:
+      return fmt::format("static_cast<double>(mkc::to_f32({}))", call);
+  }
+}
+
+// The loaded module, unloaded in its context when the last evaluator is gone.
+struct Module {
+  CUcontext ctx = nullptr;
+  CUmodule mod = nullptr;
+  ~Module() {
+    if (!mod) return;
+    const Driver& d = Driver::get();
+    CUcontext prev = nullptr;
+    d.cuCtxGetCurrent(&prev);
+    d.cuCtxSetCurrent(ctx);
+    d.cuModuleUnload(mod);
+    d.cuCtxSetCurrent(prev);
+  }
+};
+
+// Makes `ctx` current for a scope and restores the caller's context.
+class CurrentContext {
+ public:
+  explicit CurrentContext(CUcontext ctx) : d_(Driver::get()) {
+    MKC_CU(d_, cuCtxGetCurrent, &prev_);
+    MKC_CU(d_, cuCtxSetCurrent, ctx);
+  }
+  ~CurrentContext() { d_.cuCtxSetCurrent(prev_); }
+  CurrentContext(const CurrentContext&) = delete;
+  CurrentContext& operator=(const CurrentContext&) = delete;
+
+ private:
+  const Driver& d_;
+  CUcontext prev_ = nullptr;
+};
+
+// Device memory freed at scope exit.
+struct DeviceBuffer {
+  CUdeviceptr ptr = 0;
+  explicit DeviceBuffer(size_t bytes) {
+    const Driver& d = Driver::get();
+    MKC_CU(d, cuMemAlloc, &ptr, bytes ? bytes : 8);
+  }
+  ~DeviceBuffer() { Driver::get().cuMemFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+std::string arch_of(CUcontext ctx) {
+  const Driver& d = Driver::get();
+  CurrentContext scope(ctx);
+  CUdevice dev = 0;
+  MKC_CU(d, cuCtxGetDevice, &dev);
+  DeviceInfo info;
+  MKC_CU(d, cuDeviceGetAttribute, &info.cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+         dev);
+  MKC_CU(d, cuDeviceGetAttribute, &info.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+         dev);
+  return info.arch();
+}
+
+}  // namespace
+
+std::string device_function_eval_source(const compiler::CheckedSchedule& s) {
+  std::string src = "// mkc: the device functions of `" + s.name +
+                    "`, one evaluator kernel each, for the check's reference\n"
+                    "#include \"mkc/types.cuh\"\n\n";
+  for (const compiler::DeviceFunction& f : s.device_fns) {
+    src += compiler::device_function_definition(f) + "\n";
+    std::string call = f.name + "(";
+    for (size_t k = 0; k < f.params.size(); ++k)
+      call += (k ? ", " : "") + argument(f.params[k].second, k);
+    call += ")";
+    src += fmt::format(
+        "extern \"C\" __global__ void mkc_eval_{}(const double* args, double* out, long long n) "
+        "{{\n"
+        "  const long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;\n"
+        "  if (e >= n) return;\n"
+        "  [[maybe_unused]] const double* a = args + e * {};\n"
+        "  out[e] = {};\n"
+        "}}\n\n",
+        f.name, f.params.size(), result(f.ret, call));
+  }
+  return src;
+}
+
+plan::BatchFns gpu_device_functions(const compiler::CheckedSchedule& s, CUcontext ctx,
+                                    const plan::HostFns& have) {
+  std::vector<const compiler::DeviceFunction*> todo;
+  for (const compiler::DeviceFunction& f : s.device_fns)
+    if (!have.count(f.name)) todo.push_back(&f);
+  if (todo.empty()) return {};
+  jit::JitOptions jo;
+  jo.arch = arch_of(ctx);
+  const std::string kernel = "mkc_eval_" + todo.front()->name;
+  const jit::JitOutput built =
+      jit::jit_compile(device_function_eval_source(s), s.name + "_eval.cu", kernel, jo);
+  auto module = std::make_shared<Module>();
+  module->ctx = ctx;
+  const Driver& d = Driver::get();
+  {
+    CurrentContext scope(ctx);
+    MKC_CU(d, cuModuleLoadData, &module->mod, built.cubin.data());
+  }
+  plan::BatchFns out;
+  for (const compiler::DeviceFunction* f : todo) {
+    CUfunction fn = nullptr;
+    {
+      CurrentContext scope(ctx);
+      MKC_CU(d, cuModuleGetFunction, &fn, module->mod, ("mkc_eval_" + f->name).c_str());
+    }
+    const size_t arity = f->params.size();
+    out[f->name] = [module, fn, arity, name = f->name](const std::vector<double>& args, size_t n) {
+      MKC_CHECK(args.size() == n * arity);
+      std::vector<double> res(n);
+      if (n == 0) return res;
+      const Driver& d = Driver::get();
+      CurrentContext scope(module->ctx);
+      DeviceBuffer in(args.size() * sizeof(double)), o(n * sizeof(double));
+      if (!args.empty()) MKC_CU(d, cuMemcpyHtoD, in.ptr, args.data(), args.size() * sizeof(double));
+      long long count = static_cast<long long>(n);
+      void* params[] = {&in.ptr, &o.ptr, &count};
+      const unsigned threads = 256, blocks = static_cast<unsigned>((n + threads - 1) / threads);
+      MKC_CU(d, cuLaunchKernel, fn, blocks, 1, 1, threads, 1, 1, 0, nullptr, params, nullptr);
+      const CUresult sync = d.cuCtxSynchronize();
+      if (sync != CUDA_SUCCESS) {
+        throw EnvironmentError(
+            fmt::format("the check's evaluator of device function `{}` failed on the GPU: {}", name,
+                        describe_cu_error(d, sync, "cuCtxSynchronize", __FILE__, __LINE__)));
+      }
+      MKC_CU(d, cuMemcpyDtoH, res.data(), o.ptr, n * sizeof(double));
+      return res;
+    };
+  }
+  return out;
+}
+
+}  // namespace mkc::rt
