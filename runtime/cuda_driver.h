@@ -116,6 +116,22 @@ std::string describe_cu_error(const Driver& drv, CUresult code, const char* call
     }                                                                              \
   } while (0)
 
+// Makes a context current for a scope and restores the one current before.
+class CtxScope {
+ public:
+  CtxScope(const Driver& d, CUcontext c) : d_(d) {
+    d_.cuCtxGetCurrent(&prev_);
+    MKC_CU(d_, cuCtxSetCurrent, c);
+  }
+  ~CtxScope() { d_.cuCtxSetCurrent(prev_); }
+  CtxScope(const CtxScope&) = delete;
+  CtxScope& operator=(const CtxScope&) = delete;
+
+ private:
+  const Driver& d_;
+  CUcontext prev_ = nullptr;
+};
+
 // One visible GPU, as the driver reports it.
 struct DeviceInfo {
   int ordinal = 0;

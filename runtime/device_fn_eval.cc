@@ -56,22 +56,6 @@ struct Module {
   }
 };
 
-// Makes `ctx` current for a scope and restores the caller's context.
-class CurrentContext {
- public:
-  explicit CurrentContext(CUcontext ctx) : d_(Driver::get()) {
-    MKC_CU(d_, cuCtxGetCurrent, &prev_);
-    MKC_CU(d_, cuCtxSetCurrent, ctx);
-  }
-  ~CurrentContext() { d_.cuCtxSetCurrent(prev_); }
-  CurrentContext(const CurrentContext&) = delete;
-  CurrentContext& operator=(const CurrentContext&) = delete;
-
- private:
-  const Driver& d_;
-  CUcontext prev_ = nullptr;
-};
-
 // Device memory freed at scope exit.
 struct DeviceBuffer {
   CUdeviceptr ptr = 0;
@@ -86,7 +70,7 @@ struct DeviceBuffer {
 
 std::string arch_of(CUcontext ctx) {
   const Driver& d = Driver::get();
-  CurrentContext scope(ctx);
+  CtxScope scope(d, ctx);
   CUdevice dev = 0;
   MKC_CU(d, cuCtxGetDevice, &dev);
   DeviceInfo info;
@@ -137,14 +121,14 @@ plan::BatchFns gpu_device_functions(const compiler::CheckedSchedule& s, CUcontex
   module->ctx = ctx;
   const Driver& d = Driver::get();
   {
-    CurrentContext scope(ctx);
+    CtxScope scope(d, ctx);
     MKC_CU(d, cuModuleLoadData, &module->mod, built.cubin.data());
   }
   plan::BatchFns out;
   for (const compiler::DeviceFunction* f : todo) {
     CUfunction fn = nullptr;
     {
-      CurrentContext scope(ctx);
+      CtxScope scope(d, ctx);
       MKC_CU(d, cuModuleGetFunction, &fn, module->mod, ("mkc_eval_" + f->name).c_str());
     }
     const size_t arity = f->params.size();
@@ -153,7 +137,7 @@ plan::BatchFns gpu_device_functions(const compiler::CheckedSchedule& s, CUcontex
       std::vector<double> res(n);
       if (n == 0) return res;
       const Driver& d = Driver::get();
-      CurrentContext scope(module->ctx);
+      CtxScope scope(d, module->ctx);
       DeviceBuffer in(args.size() * sizeof(double)), o(n * sizeof(double));
       if (!args.empty()) MKC_CU(d, cuMemcpyHtoD, in.ptr, args.data(), args.size() * sizeof(double));
       long long count = static_cast<long long>(n);

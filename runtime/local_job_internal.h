@@ -24,22 +24,6 @@
 
 namespace mkc::rt {
 
-// Makes a context current for a scope.
-class CtxScope {
- public:
-  CtxScope(const Driver& d, CUcontext c) : d_(d) {
-    d_.cuCtxGetCurrent(&prev_);
-    MKC_CU(d_, cuCtxSetCurrent, c);
-  }
-  ~CtxScope() { d_.cuCtxSetCurrent(prev_); }
-  CtxScope(const CtxScope&) = delete;
-  CtxScope& operator=(const CtxScope&) = delete;
-
- private:
-  const Driver& d_;
-  CUcontext prev_ = nullptr;
-};
-
 struct LocalJob::Rank {
   bool local = false;
   CUdevice dev{};
