@@ -278,10 +278,11 @@ class Generator {
       if (o_.file) line(fmt::format("#line {} \"{}.cu\"", current_line() + 1, p_.schedule));
       // As an epilogue: f32 in, f32 out.
       if (f.params.size() == 1) {
-        line(
-            fmt::format("struct mkc_fn_{} {{\n  __device__ __forceinline__ float operator()(float "
-                        "x) const {{ return mkc::to_f32({}(mkc::from_f32<{}>(x))); }}\n}};",
-                        f.name, f.name, cuda_type(f.params[0].second)));
+        line(fmt::format(
+            "struct mkc_fn_{} {{\n  __device__ __forceinline__ float operator()(float "
+            "mkc_x) const {{ return mkc::convert<float>(::{}(mkc::convert<{}>(mkc_x))); "
+            "}}\n}};",
+            f.name, f.name, cuda_type(f.params[0].second)));
       }
     }
     line("");
@@ -340,24 +341,27 @@ class Generator {
           break;
         case TaskKind::kMapTile: {
           // templates/mkc/map.cuh: the function over the tile's rows, 8 elements a thread at once.
+          // The function is called as ::NAME and the generated names start with mkc_, so that no
+          // device function name is hidden by them.
           const size_t n = t.views.size() - 1;
           const compiler::DeviceFunction& f =
               p_.source->device_fns[plan::args_as<abi::MapTileArgs>(t).fn];
           std::string params, call, ptrs;
           for (size_t i = 0; i < n; ++i) {
-            line(fmt::format("  const auto* x{} = mkc::view_ptr<{}>(a, v[{}], kBuffers);", i,
+            line(fmt::format("  const auto* mkc_x{} = mkc::view_ptr<{}>(a, v[{}], kBuffers);", i,
                              type_of(t, i), i));
-            params += fmt::format("{}{} p{}", i ? ", " : "", type_of(t, i), i);
-            call += fmt::format("{}mkc::from_f32<{}>(mkc::to_f32(p{}))", i ? ", " : "",
+            params += fmt::format("{}{} mkc_p{}", i ? ", " : "", type_of(t, i), i);
+            call += fmt::format("{}mkc::convert<{}>(mkc_p{})", i ? ", " : "",
                                 cuda_type(f.params[i].second), i);
-            ptrs += fmt::format(", x{}", i);
+            ptrs += fmt::format(", mkc_x{}", i);
           }
-          line(fmt::format("  auto* y = mkc::view_ptr<{}>(a, v[{}], kBuffers);", type_of(t, n), n));
-          line(fmt::format("  const long long row = mkc::elems_from(v[{}], 1);", n));
-          line("  const mkc::abi::MapTileArgs& m = mkc::args_as<mkc::abi::MapTileArgs>(args);");
+          line(fmt::format("  auto* mkc_y = mkc::view_ptr<{}>(a, v[{}], kBuffers);", type_of(t, n),
+                           n));
+          line(fmt::format("  const long long mkc_row = mkc::elems_from(v[{}], 1);", n));
+          line("  const mkc::abi::MapTileArgs& mkc_m = mkc::args_as<mkc::abi::MapTileArgs>(args);");
           line(
-              fmt::format("  mkc::map_range(y, m.r0 * row, m.r1 * row, []({}) {{ return "
-                          "mkc::to_f32({}({})); }}{});",
+              fmt::format("  mkc::map_range(mkc_y, mkc_m.r0 * mkc_row, mkc_m.r1 * mkc_row, []({}) "
+                          "{{ return ::{}({}); }}{});",
                           params, f.name, call, ptrs));
           break;
         }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -16,30 +17,18 @@ namespace {
 
 using compiler::DType;
 
-// Argument k of the tuple, as the parameter type: floats through f32 like the kernel's `map`.
+// Argument k of the tuple as the parameter type, and the result back as double: the conversions
+// of the generated kernel (mkc::convert, templates/mkc/types.cuh).
 std::string argument(DType t, size_t k) {
-  switch (t) {
-    case DType::kF64:
-      return fmt::format("a[{}]", k);
-    case DType::kI32:
-      return fmt::format("static_cast<int>(a[{}])", k);
-    case DType::kI64:
-      return fmt::format("static_cast<long long>(a[{}])", k);
-    default:
-      return fmt::format("mkc::from_f32<{}>(static_cast<float>(a[{}]))", compiler::cuda_type(t), k);
-  }
+  return fmt::format("mkc::convert<{}>(mkc_a[{}])", compiler::cuda_type(t), k);
 }
 
-std::string result(DType t, const std::string& call) {
-  switch (t) {
-    case DType::kF64:
-    case DType::kI32:
-    case DType::kI64:
-      return fmt::format("static_cast<double>({})", call);
-    default:
-      return fmt::format("static_cast<double>(mkc::to_f32({}))", call);
-  }
+std::string result(const std::string& call) {
+  return fmt::format("mkc::convert<double>({})", call);
 }
+
+// Tuples per launch: bounds the device buffers of one call ((arity + 1) x 8 bytes a tuple).
+constexpr size_t kChunk = size_t{1} << 24;
 
 // The loaded module, unloaded in its context when the last evaluator is gone.
 struct Module {
@@ -84,24 +73,29 @@ std::string arch_of(CUcontext ctx) {
 }  // namespace
 
 std::string device_function_eval_source(const compiler::CheckedSchedule& s) {
+  // The headers the generated kernel has before its device functions, so that a body that
+  // compiles there compiles here; the functions at namespace scope, called as ::NAME.
   std::string src = "// mkc: the device functions of `" + s.name +
                     "`, one evaluator kernel each, for the check's reference\n"
-                    "#include \"mkc/types.cuh\"\n\n";
-  for (const compiler::DeviceFunction& f : s.device_fns) {
+                    "#include \"mkc/tasks.cuh\"\n\n";
+  for (const compiler::DeviceFunction& f : s.device_fns)
     src += compiler::device_function_definition(f) + "\n";
-    std::string call = f.name + "(";
+  src += "\n";
+  for (const compiler::DeviceFunction& f : s.device_fns) {
+    std::string call = "::" + f.name + "(";
     for (size_t k = 0; k < f.params.size(); ++k)
       call += (k ? ", " : "") + argument(f.params[k].second, k);
     call += ")";
     src += fmt::format(
-        "extern \"C\" __global__ void mkc_eval_{}(const double* args, double* out, long long n) "
-        "{{\n"
-        "  const long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;\n"
-        "  if (e >= n) return;\n"
-        "  [[maybe_unused]] const double* a = args + e * {};\n"
-        "  out[e] = {};\n"
+        "extern \"C\" __global__ void mkc_eval_{}(const double* mkc_args, double* mkc_out, "
+        "long long mkc_n) {{\n"
+        "  const long long mkc_e = blockIdx.x * static_cast<long long>(blockDim.x) + "
+        "threadIdx.x;\n"
+        "  if (mkc_e >= mkc_n) return;\n"
+        "  [[maybe_unused]] const double* mkc_a = mkc_args + mkc_e * {};\n"
+        "  mkc_out[mkc_e] = {};\n"
         "}}\n\n",
-        f.name, f.params.size(), result(f.ret, call));
+        f.name, f.params.size(), result(call));
   }
   return src;
 }
@@ -138,19 +132,25 @@ plan::BatchFns gpu_device_functions(const compiler::CheckedSchedule& s, CUcontex
       if (n == 0) return res;
       const Driver& d = Driver::get();
       CtxScope scope(d, module->ctx);
-      DeviceBuffer in(args.size() * sizeof(double)), o(n * sizeof(double));
-      if (!args.empty()) MKC_CU(d, cuMemcpyHtoD, in.ptr, args.data(), args.size() * sizeof(double));
-      long long count = static_cast<long long>(n);
-      void* params[] = {&in.ptr, &o.ptr, &count};
-      const unsigned threads = 256, blocks = static_cast<unsigned>((n + threads - 1) / threads);
-      MKC_CU(d, cuLaunchKernel, fn, blocks, 1, 1, threads, 1, 1, 0, nullptr, params, nullptr);
-      const CUresult sync = d.cuCtxSynchronize();
-      if (sync != CUDA_SUCCESS) {
-        throw EnvironmentError(
-            fmt::format("the check's evaluator of device function `{}` failed on the GPU: {}", name,
-                        describe_cu_error(d, sync, "cuCtxSynchronize", __FILE__, __LINE__)));
+      const size_t chunk = std::min(n, kChunk);
+      DeviceBuffer in(chunk * arity * sizeof(double)), o(chunk * sizeof(double));
+      for (size_t first = 0; first < n; first += chunk) {
+        const size_t m = std::min(chunk, n - first);
+        if (arity > 0) {
+          MKC_CU(d, cuMemcpyHtoD, in.ptr, args.data() + first * arity, m * arity * sizeof(double));
+        }
+        long long count = static_cast<long long>(m);
+        void* params[] = {&in.ptr, &o.ptr, &count};
+        const unsigned threads = 256, blocks = static_cast<unsigned>((m + threads - 1) / threads);
+        MKC_CU(d, cuLaunchKernel, fn, blocks, 1, 1, threads, 1, 1, 0, nullptr, params, nullptr);
+        const CUresult sync = d.cuCtxSynchronize();
+        if (sync != CUDA_SUCCESS) {
+          throw EnvironmentError(fmt::format(
+              "the check's evaluator of device function `{}` failed on the GPU: {}", name,
+              describe_cu_error(d, sync, "cuCtxSynchronize", __FILE__, __LINE__)));
+        }
+        MKC_CU(d, cuMemcpyDtoH, res.data() + first, o.ptr, m * sizeof(double));
       }
-      MKC_CU(d, cuMemcpyDtoH, res.data(), o.ptr, n * sizeof(double));
       return res;
     };
   }

@@ -1,10 +1,11 @@
 // A schedule's device functions evaluated on the GPU, for the check's reference. Their bodies are
 // CUDA C++ that only NVRTC compiles, so `mkc run --check` (and any checked launch) runs them as
 // they are: each becomes a small kernel, built by the JIT (with its cache) for the job's GPU, that
-// applies the function to a batch of argument tuples. Arguments arrive as double, are rounded to
-// the parameter types through f32 (the path the generated kernel's `map` takes) and the result
-// comes back as double. The reference around it stays in f64 on the host: this checks the
-// schedule's data flow through the user's function, not the function itself.
+// applies the function to a batch of argument tuples. Arguments arrive as double and are converted
+// to the parameter types as the generated kernel converts them (mkc::convert: 16- and 8-bit floats
+// through f32, f32, f64 and integers directly); the result comes back as double. The reference
+// around it stays in f64 on the host: this checks the schedule's data flow through the user's
+// function, not the function itself.
 #pragma once
 
 #include <cuda.h>

@@ -90,7 +90,10 @@ std::vector<TensorCheck> checked_launch(LocalJob& job, const plan::Plan& plan,
                                         const plan::HostFns& fns, const plan::InputFn& inputs) {
   const compiler::CheckedSchedule& s = *plan.source;
   // Device functions the caller has no host version of run on this process's first GPU.
-  const plan::BatchFns batch = gpu_device_functions(s, job.context(job.local_ranks().front()), fns);
+  const plan::BatchFns batch =
+      job.local_ranks().empty()
+          ? plan::BatchFns{}
+          : gpu_device_functions(s, job.context(job.local_ranks().front()), fns);
   const int launch = static_cast<int>(job.launches()) + 1;
   std::vector<std::vector<std::vector<double>>> ref = prepare(job, plan, inputs, launch);
   job.launch();

@@ -17,8 +17,8 @@ namespace mkc {
 template <typename... TX>
 constexpr int kMapRuns = (sizeof(TX) + ... + 0) <= 8 ? 4 : 2;
 
-// y[e] = fn(x[e]...) for e in [e0, e1). fn takes the inputs' element values and returns a float
-// (it does the conversions to the device function's parameter types).
+// y[e] = fn(x[e]...) for e in [e0, e1). fn takes the inputs' element values (it converts them to
+// the device function's parameter types) and returns the function's result, converted to TY here.
 template <typename TY, typename Fn, typename... TX>
 __device__ __forceinline__ void map_range(TY* y, long long e0, long long e1, Fn fn,
                                           const TX*... x) {
@@ -34,7 +34,7 @@ __device__ __forceinline__ void map_range(TY* y, long long e0, long long e1, Fn 
         const long long at = e0 + 8 * (i + u * step);
         [&](const Run8<TX>&... in) {
 #pragma unroll
-          for (int k = 0; k < 8; ++k) out[u].v[k] = from_f32<TY>(fn(in.v[k]...));
+          for (int k = 0; k < 8; ++k) out[u].v[k] = convert<TY>(fn(in.v[k]...));
         }(load_run8(x + at)...);
       }
 #pragma unroll
@@ -46,13 +46,13 @@ __device__ __forceinline__ void map_range(TY* y, long long e0, long long e1, Fn 
       Run8<TY> out;
       [&](const Run8<TX>&... in) {
 #pragma unroll
-        for (int k = 0; k < 8; ++k) out.v[k] = from_f32<TY>(fn(in.v[k]...));
+        for (int k = 0; k < 8; ++k) out.v[k] = convert<TY>(fn(in.v[k]...));
       }(load_run8(x + at)...);
       *reinterpret_cast<Run8<TY>*>(y + at) = out;
     }
     e = e0 + runs * 8;
   }
-  for (e += threadIdx.x; e < e1; e += blockDim.x) y[e] = from_f32<TY>(fn(x[e]...));
+  for (e += threadIdx.x; e < e1; e += blockDim.x) y[e] = convert<TY>(fn(x[e]...));
 }
 
 }  // namespace mkc

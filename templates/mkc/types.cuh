@@ -60,6 +60,30 @@ __device__ __forceinline__ __nv_fp8_e5m2 from_f32<__nv_fp8_e5m2>(float v) {
   return __nv_fp8_e5m2(v);
 }
 
+// A 16-bit or 8-bit float: converted through f32.
+template <typename T>
+struct is_narrow_float {
+  static constexpr bool value = is_same<T, __nv_bfloat16>::value || is_same<T, __half>::value ||
+                                is_same<T, __nv_fp8_e4m3>::value ||
+                                is_same<T, __nv_fp8_e5m2>::value;
+};
+
+// One element type to another as a device function's arguments and results see them: a narrow
+// float goes through f32 (rounded to nearest on the way in); f32, f64 and the integers convert
+// directly (static_cast), so f64 data and large integers stay exact.
+template <typename To, typename From>
+__device__ __forceinline__ To convert(From v) {
+  if constexpr (is_same<To, From>::value) {
+    return v;
+  } else if constexpr (is_narrow_float<From>::value) {
+    return convert<To>(to_f32(v));
+  } else if constexpr (is_narrow_float<To>::value) {
+    return from_f32<To>(static_cast<float>(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
 // Eight consecutive elements, loaded or stored as one aligned block (16 bytes of a 16-bit type;
 // an f32 run is two 16-byte vectors, an fp8 one 8 bytes): the elementwise tasks' vector access.
 template <typename T>

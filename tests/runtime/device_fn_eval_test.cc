@@ -155,20 +155,25 @@ GPU_TEST_CASE(
 // map (templates/mkc/map.cuh) takes 8 elements a thread where the operands are aligned at a
 // tile's start, one otherwise. Rows of 2,048, 136, 77 and 130 elements in tiles of 5, 3 and 16
 // rows: aligned and unaligned tile starts, whole runs and element tails; bf16 and f32 inputs into
-// bf16 and f32 outputs; one output rewritten in place.
+// bf16 and f32 outputs; one output rewritten in place; f64 kept exact (tolerance 0); functions
+// named like the generated code's own names (p0, out) are still called.
 GPU_TEST_CASE("map: aligned runs and the element-wise tail, mixed types, in place") {
   constexpr const char* kMap = R"(
 schedule maps {
   param M = 300, N = 2048
   input  X : bf16[M, N]
   input  Y : f32[M, N]
+  input  D : f64[M, N]
   output Z : bf16[M, N]
   output W : f32[M, N]
+  output E : f64[M, N]
   device mix(a: f32, b: f32) -> f32 { return a * 0.5f - b / (1.0f + fabsf(a)); }
-  device bump(a: bf16) -> f32 { return __bfloat162float(a) + 1.0f; }
+  device p0(a: bf16) -> f32 { return __bfloat162float(a) + 1.0f; }
+  device out(x: f64) -> f64 { return x * 3.0 + 1e-9; }
   compute one = map(mix, X, Y -> W) tile(5, N)
-  compute two = map(bump, X -> Z) tile(3, N)
+  compute two = map(p0, X -> Z) tile(3, N)
   compute three = map(mix, W, W -> W) tile(16, N) after one
+  compute four = map(out, D -> E) tile(7, N)
 }
 )";
   const DeviceInfo dev = device_info(0);
