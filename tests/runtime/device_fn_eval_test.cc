@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
+#include <memory>
 #include <random>
 
 #include "compiler/check.h"
@@ -113,25 +115,38 @@ GPU_TEST_CASE("device functions evaluated on the GPU match their host formulas")
   d.cuDevicePrimaryCtxRelease(dev);
 }
 
+// A schedule compiled for `ranks` ranks sharing GPU 0 and JIT-compiled for it.
+struct Built {
+  std::unique_ptr<compiler::Compilation> c;
+  jit::JitOutput jit;
+};
+Built build(std::shared_ptr<const dsl::SourceFile> file, int ranks,
+            std::map<std::string, int64_t> defines) {
+  const DeviceInfo dev = device_info(0);
+  compiler::CheckOptions opts;
+  opts.ranks = {ranks};
+  opts.defines = std::move(defines);
+  opts.sms = dev.sm_count / ranks;
+  Built b;
+  b.c = compiler::compile_file(file, opts);
+  REQUIRE_MESSAGE(b.c->ok(), dsl::render_text(b.c->diagnostics.all(), false));
+  jit::JitOptions jo;
+  jo.arch = dev.arch();
+  b.jit = jit::jit_compile(b.c->kernels[0].source, b.c->plans[0].schedule + ".cu",
+                           b.c->kernels[0].kernel_name, jo);
+  return b;
+}
+
 GPU_TEST_CASE(
     "moe_ffn_combine checked with its swiglu on the GPU: 1, 2 and 4 ranks, every routing") {
-  const DeviceInfo dev = device_info(0);
   auto file = dsl::SourceFile::read("samples/moe_ffn_combine.mks");
   for (int ranks : {1, 2, 4}) {
-    compiler::CheckOptions opts;
-    opts.ranks = {ranks};
-    opts.defines = {{"T", 40}, {"H", 256}, {"F", 136}, {"E", 16}, {"TOPK", 3}};
-    opts.sms = dev.sm_count / ranks;
-    auto c = compiler::compile_file(file, opts);
-    REQUIRE_MESSAGE(c->ok(), dsl::render_text(c->diagnostics.all(), false));
-    jit::JitOptions jo;
-    jo.arch = dev.arch();
-    const jit::JitOutput built =
-        jit::jit_compile(c->kernels[0].source, "moe_ffn_combine.cu", c->kernels[0].kernel_name, jo);
+    Built b = build(file, ranks, {{"T", 40}, {"H", 256}, {"F", 136}, {"E", 16}, {"TOPK", 3}});
+    const plan::Plan& p = b.c->plans[0];
     LocalJobOptions lo;
     lo.file = file;
     lo.share_gpus = true;
-    LocalJob job(c->plans[0], built.cubin, c->kernels[0], lo);
+    LocalJob job(p, b.jit.cubin, b.c->kernels[0], lo);
     const std::pair<plan::Routing, const char*> routings[] = {
         {plan::Routing::kUniform, "uniform"},
         {plan::Routing::kSkewed, "skewed"},
@@ -140,7 +155,7 @@ GPU_TEST_CASE(
       const uint64_t seed =
           300 + static_cast<uint64_t>(ranks) * 10 + static_cast<uint64_t>(routing);
       for (const TensorCheck& t :
-           checked_launch(job, c->plans[0], {}, plan::random_inputs(c->plans[0], seed, routing))) {
+           checked_launch(job, p, {}, plan::random_inputs(p, seed, routing))) {
         INFO(fmt::format("{} ranks, {} routing, rank {} tensor {}", ranks, what, t.rank, t.tensor));
         CHECK(t.unwritten == 0);
         CHECK(t.rel_error <= t.tolerance);
@@ -176,25 +191,15 @@ schedule maps {
   compute four = map(out, D -> E) tile(7, N)
 }
 )";
-  const DeviceInfo dev = device_info(0);
   auto file = std::make_shared<dsl::SourceFile>("maps.mks", kMap);
   for (int64_t n : {2048, 136, 77, 130}) {
-    compiler::CheckOptions opts;
-    opts.ranks = {1};
-    opts.defines = {{"N", n}};
-    opts.sms = dev.sm_count;
-    auto c = compiler::compile_file(file, opts);
-    REQUIRE_MESSAGE(c->ok(), dsl::render_text(c->diagnostics.all(), false));
-    jit::JitOptions jo;
-    jo.arch = dev.arch();
-    const jit::JitOutput built =
-        jit::jit_compile(c->kernels[0].source, "maps.cu", c->kernels[0].kernel_name, jo);
-    CHECK(built.spill_bytes == 0);
+    Built b = build(file, 1, {{"N", n}});
+    CHECK(b.jit.spill_bytes == 0);
     LocalJobOptions lo;
     lo.file = file;
-    LocalJob job(c->plans[0], built.cubin, c->kernels[0], lo);
+    LocalJob job(b.c->plans[0], b.jit.cubin, b.c->kernels[0], lo);
     for (int launch = 0; launch < 2; ++launch) {
-      for (const TensorCheck& t : checked_launch(job, c->plans[0], {}, 500 + n + launch)) {
+      for (const TensorCheck& t : checked_launch(job, b.c->plans[0], {}, 500 + n + launch)) {
         INFO(fmt::format("N {} launch {} tensor {}", n, launch, t.tensor));
         CHECK(t.unwritten == 0);
         CHECK(t.rel_error <= t.tolerance);
