@@ -79,6 +79,7 @@ class Generator {
       line(fmt::format("// Nodes of {} ranks: edges between them go through the host proxy.",
                        p_.ranks_per_node));
       line("#define MKC_HAS_PROXY 1");
+      line(fmt::format("#define MKC_RANKS_PER_NODE {}", p_.ranks_per_node));
     }
     if (g.threads == 384) {
       // Beside the wgmma tiles (168 registers a thread) the reductions move one vector at a time:
@@ -589,9 +590,13 @@ uint64_t fnv1a(std::string_view data, uint64_t seed) {
 
 Generated generate(const plan::Plan& plan, const CodegenOptions& options) {
   // Edges between nodes: a task may write into another node's memory only as a send from its own
-  // rank's memory (the proxy reads this rank's heap and writes the destination's); signals to
-  // another node are proxy requests of their own.
+  // rank's memory, or as one of the MoE routing tasks, whose requests name their own rank's rows
+  // (the proxy reads this rank's heap and writes the destination's); signals to another node are
+  // proxy requests of their own.
   for (const plan::Task& t : plan.tasks) {
+    if (t.kind == plan::TaskKind::kA2aCounts || t.kind == plan::TaskKind::kA2aSend ||
+        t.kind == plan::TaskKind::kCombineSend)
+      continue;
     for (const plan::Box& b : t.writes) {
       if (plan.node_of(b.rank) == plan.node_of(t.rank)) continue;
       const bool send = t.kind == plan::TaskKind::kSend;
@@ -603,8 +608,8 @@ Generated generate(const plan::Plan& plan, const CodegenOptions& options) {
           plan.schedule, plan.ranks, plan.ranks_per_node, t.label, t.rank,
           plan::task_kind_name(t.kind), b.rank,
           send ? "the proxy sends only from the sending rank's own memory"
-               : "mkc's kernels move data between nodes only by sends (the MoE all-to-all and "
-                 "combine do not cross nodes yet)",
+               : "mkc's kernels move data between nodes only by sends and the MoE all-to-all "
+                 "and combine",
           plan.ranks, plan.ranks_per_node));
     }
   }

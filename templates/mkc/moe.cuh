@@ -59,10 +59,33 @@ __device__ inline void a2a_counts(const KernelArgs& a, const View* v, const long
     }
     __syncthreads();
     for (long long i = threadIdx.x; i < bins; i += blockDim.x) {
-      for (int d = 0; d < ranks; ++d) view_ptr<int>(a, v[1 + d], nb)[a.rank * E + e0 + i] = hist[i];
+      for (int d = 0; d < ranks; ++d) {
+#ifdef MKC_HAS_PROXY
+        if (other_node(a, d)) continue;
+#endif
+        view_ptr<int>(a, v[1 + d], nb)[a.rank * E + e0 + i] = hist[i];
+      }
     }
     __syncthreads();
   }
+#ifdef MKC_HAS_PROXY
+  // To ranks of other nodes: this rank's row of its own xcounts, now whole, through the proxy.
+  if (threadIdx.x == 0) {
+    const int* own = view_ptr<int>(a, v[1 + a.rank], nb) + a.rank * E;
+    __threadfence_system();  // the CTA's writes of the row, before the proxy reads it
+    u64 last = ~0ull;
+    for (int d = 0; d < ranks; ++d) {
+      if (!other_node(a, d)) continue;
+      const u64 e = proxy_claim(a, 1);
+      if (e == ~0ull) return;  // recorded
+      proxy_publish(a, e, own_heap_offset(a, own),
+                    remote_heap_offset<int>(a, v[1 + d], nb) + a.rank * E * 4,
+                    E * static_cast<long long>(sizeof(int)), d, -1);
+      last = e;
+    }
+    if (last != ~0ull) proxy_drain(a, last);
+  }
+#endif
 }
 
 // Exclusive prefix sum of x[0, n) in place, by the whole block (n <= kMoeBins); returns the sum.
@@ -134,6 +157,11 @@ __device__ void a2a_send(const KernelArgs& a, const View* v, const long long* ar
   __shared__ int place[kSendChunk];
   __shared__ long long carry[2];  // scan total of earlier windows; start of a straddling group
   if (threadIdx.x == 0) carry[0] = carry[1] = 0;
+#ifdef MKC_HAS_PROXY
+  if (threadIdx.x == 0) proxy_task_end() = 0;  // before the window loop's first barrier
+  // sent [T * K, 3]: the origin entries of rows to other nodes (the proxy reads only this heap).
+  int* const sent = view_ptr<int>(a, v[3 + 2 * ranks], nb);
+#endif
   for (long long e0 = 0; e0 < E; e0 += kMoeBins) {
     const int bins = static_cast<int>(E - e0 < kMoeBins ? E - e0 : kMoeBins);
     for (int i = threadIdx.x; i < bins; i += blockDim.x) {
@@ -189,6 +217,9 @@ __device__ void a2a_send(const KernelArgs& a, const View* v, const long long* ar
         const int pos = place[p - c0];
         if (pos < 0) continue;
         const long long tok = p / K, k = p % K, d = (route[p]) / per;
+#ifdef MKC_HAS_PROXY
+        if (other_node(a, d)) continue;  // the requests below
+#endif
         copy_row_warp(view_ptr<T>(a, v[3 + d], nb) + pos * H, X + tok * H, H, lane);
         if (lane == 0) {
           int* origin = view_ptr<int>(a, v[3 + ranks + d], nb);
@@ -197,10 +228,32 @@ __device__ void a2a_send(const KernelArgs& a, const View* v, const long long* ar
           origin[pos * 3 + 2] = static_cast<int>(k);
         }
       }
+#ifdef MKC_HAS_PROXY
+      // The pairs to other nodes: a thread each, two requests (the row into Y_d; its origin
+      // entry, staged in `sent`, into origin_d). Apart from the copy loop, which spills with them.
+      for (long long p = c0 + threadIdx.x; p < c1; p += blockDim.x) {
+        const int pos = place[p - c0];
+        const long long d = route[p] / per;
+        if (pos < 0 || !other_node(a, d)) continue;
+        int* o = sent + p * 3;
+        o[0] = a.rank;
+        o[1] = static_cast<int>(p / K);
+        o[2] = static_cast<int>(p % K);
+        const long long row = H * static_cast<long long>(sizeof(T));
+        proxy_put_for_task(a, static_cast<int>(d), 2,
+                           {own_heap_offset(a, X + p / K * H),
+                            remote_heap_offset<T>(a, v[3 + d], nb) + pos * row, row},
+                           {own_heap_offset(a, o),
+                            remote_heap_offset<int>(a, v[3 + ranks + d], nb) + pos * 12, 12});
+      }
+#endif
       __syncthreads();
     }
     __syncthreads();  // thread 0 read `before` for the carry
   }
+#ifdef MKC_HAS_PROXY
+  proxy_task_drain(a);
+#endif
 }
 
 // MoE dispatch, step 3: counts[s, e] = xcounts[s, rank * E / R + e]. Args ExpertsArgs; views
@@ -228,6 +281,9 @@ __device__ void combine_send(const KernelArgs& a, const View* v, const long long
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   // The total by warp 0 (a lane per expert), then to every thread.
   __shared__ long long received;
+#ifdef MKC_HAS_PROXY
+  if (threadIdx.x == 0) proxy_task_end() = 0;  // before the barrier below
+#endif
   if (warp == 0) {
     long long n = 0;
     for (long long i = lane; i < ranks * per; i += 32)
@@ -240,10 +296,25 @@ __device__ void combine_send(const KernelArgs& a, const View* v, const long long
   const long long p0 = total * cs.part / cs.parts, p1 = total * (cs.part + 1) / cs.parts;
   for (long long p = p0 + warp; p < p1; p += warps) {
     const int s = origin[p * 3], tok = origin[p * 3 + 1], k = origin[p * 3 + 2];
-    T* back = view_ptr<T>(a, v[3 + s], nb);
     const long long K = v[3 + s].shape[1];
+#ifdef MKC_HAS_PROXY
+    if (other_node(a, s)) {  // the row back through the proxy
+      if (lane == 0) {
+        const long long row = H * static_cast<long long>(sizeof(T));
+        proxy_put_for_task(a, s, 1,
+                           {own_heap_offset(a, Y + p * H),
+                            remote_heap_offset<T>(a, v[3 + s], nb) + (tok * K + k) * row, row},
+                           {});
+      }
+      continue;
+    }
+#endif
+    T* back = view_ptr<T>(a, v[3 + s], nb);
     copy_row_warp(back + (tok * K + k) * H, Y + p * H, H, lane);
   }
+#ifdef MKC_HAS_PROXY
+  proxy_task_drain(a);
+#endif
 }
 
 // MoE combine, step 2: Out[t] = sum_k W[t, k] * back[t, k] for rows [r0, r1), summed in f32.

@@ -218,6 +218,67 @@ __device__ inline bool proxy_drain(const KernelArgs& a, u64 n) {
   return true;
 }
 
+#ifdef MKC_HAS_PROXY
+// Whether rank d is on another node than this rank: its memory is reached through the proxy only,
+// and its entries in KernelArgs::buffers are heap offsets, not addresses (the code generator
+// defines MKC_RANKS_PER_NODE with MKC_HAS_PROXY).
+__device__ __forceinline__ bool other_node(const KernelArgs& a, long long d) {
+  return d / MKC_RANKS_PER_NODE != a.rank / MKC_RANKS_PER_NODE;
+}
+
+// Heap offsets, for proxy requests: of this rank's memory, and of the start of a view of a rank of
+// another node, whose buffer table entry holds its buffer's heap offset (abi.h,
+// KernelArgs::buffers).
+__device__ __forceinline__ long long own_heap_offset(const KernelArgs& a, const void* p) {
+  return static_cast<const char*>(p) - a.heap;
+}
+template <typename T>
+__device__ __forceinline__ long long remote_heap_offset(const KernelArgs& a, const View& v,
+                                                        int nbuffers) {
+  return static_cast<long long>(
+             reinterpret_cast<unsigned long long>(a.buffers[v.rank * nbuffers + v.buffer])) +
+         v.offset * static_cast<long long>(sizeof(T));
+}
+
+// Requests made one thread at a time from data-dependent places (the MoE routing tasks): every
+// claim records its last entry here, and the task drains up to the highest before it ends (the
+// proxy has then read every source byte). Thread 0 resets it before a barrier at the task's start.
+__device__ __forceinline__ u64& proxy_task_end() {
+  __shared__ u64 end;  // the highest entry claimed + 1; 0: none
+  return end;
+}
+
+// One thread: `count` consecutive entries (see proxy_claim), recorded for proxy_task_drain.
+// ~0ull after a failure (recorded; the task is marked failed).
+__device__ __forceinline__ u64 proxy_claim_for_task(const KernelArgs& a, u64 count) {
+  const u64 first = proxy_claim(a, count);
+  if (first != ~0ull) atomicMax(&proxy_task_end(), first + count);
+  return first;
+}
+
+// One thread: one request (n = 1) or two to the same rank (n = 2: src1, dst1, bytes1 too), for
+// proxy_task_drain. Inlined: as a call (__noinline__) the kernels that run it beside the wgmma
+// tiles at 168 registers spill more (52-64 B against 32 B, nvcc 13.0 on moe_dispatch_gemm, 4 ranks
+// of 2 per node), the live registers saved around the call.
+struct ProxyPut {
+  long long src, dst, bytes;
+};
+__device__ __forceinline__ void proxy_put_for_task(const KernelArgs& a, int dst_rank, int n,
+                                                   ProxyPut p0, ProxyPut p1) {
+  const u64 e = proxy_claim_for_task(a, static_cast<u64>(n));
+  if (e == ~0ull) return;  // recorded
+  proxy_publish(a, e, p0.src, p0.dst, p0.bytes, dst_rank, -1);
+  if (n > 1) proxy_publish(a, e + 1, p1.src, p1.dst, p1.bytes, dst_rank, -1);
+}
+
+// The whole CTA, at the task's end: waits until the proxy has taken every entry the task claimed.
+__device__ inline void proxy_task_drain(const KernelArgs& a) {
+  __syncthreads();
+  if (threadIdx.x == 0 && proxy_task_end() > 0 && task_state().failed == 0)
+    proxy_drain(a, proxy_task_end() - 1);
+}
+#endif
+
 // After a task: every thread's writes are done (barrier); a failed task stops the CTA (false),
 // else thread 0 publishes its signals: counter adds, or for a rank of another node a request to
 // the proxy (after the task's data requests to that rank, so delivered after them).

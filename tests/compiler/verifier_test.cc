@@ -538,8 +538,8 @@ TEST_CASE("verifier: across nodes, only the proxy's own signals order the data t
   CHECK(rq.text().find("as nvlink_flag, but from rank") != std::string::npos);
 
   // `mkc verify --ranks-per-node`: the plan and the interpreter across nodes, every sample kind
-  // of edge; code generation sends the edges between nodes through the proxy, and says plainly
-  // that the MoE all-to-all does not cross nodes yet.
+  // of edge; code generation sends the edges between nodes through the proxy, the MoE routing
+  // tasks too (their rows to another node become requests from the sender's heap).
   compiler::CheckOptions opts;
   opts.ranks = {4};
   opts.ranks_per_node = 2;
@@ -557,11 +557,20 @@ TEST_CASE("verifier: across nodes, only the proxy's own signals order the data t
   CHECK(src.find("#define MKC_HAS_PROXY 1") != std::string::npos);
   CHECK(src.find("mkc::proxy_send_box<") != std::string::npos);
   CHECK(src.find("mkc::send_box<") != std::string::npos);  // inside a node: NVLink still
+  CHECK(src.find("#define MKC_RANKS_PER_NODE 2") != std::string::npos);
   compiler::CheckOptions moe = opts;
   moe.defines = {{"T", 16}, {"H", 64}, {"F", 64}, {"E", 8}, {"TOPK", 2}};
-  CHECK_THROWS_WITH_AS(
-      compiler::compile_file(dsl::SourceFile::read("samples/moe_dispatch_gemm.mks"), moe),
-      doctest::Contains("do not cross nodes yet"), UserError);
+  for (const char* name : {"moe_dispatch_gemm", "moe_ffn_combine"}) {
+    INFO(name);
+    const auto m =
+        compiler::compile_file(dsl::SourceFile::read(fmt::format("samples/{}.mks", name)), moe);
+    REQUIRE(m->kernels.size() == 1);
+    CHECK(m->kernels[0].source.find("#define MKC_HAS_PROXY 1") != std::string::npos);
+    // The sender stages the origin entries of its rows to the other node (plan scratch).
+    bool staged = false;
+    for (const Buffer& b : m->plans[0].buffers) staged |= b.name == "dispatch.sent";
+    CHECK(staged);
+  }
 }
 
 }  // namespace

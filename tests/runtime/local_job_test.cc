@@ -301,9 +301,13 @@ GPU_TEST_CASE("ranks sharing GPUs: the collectives and fused samples at 4 and 8 
 // skips its launch makes its peers time out naming the edge, and the job ends cleanly.
 GPU_TEST_CASE("nodes emulated on one host: edges between nodes through the proxies") {
   setenv("MKC_NET", "tcp", 1);
+  const plan::HostFns fns = {{"swiglu", [](const std::vector<double>& a) {
+                                return a[0] / (1.0 + std::exp(-a[0])) * a[1];
+                              }}};
   for (const auto& [ranks, per_node] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{4, 2}}) {
-    for (const char* name : {"allreduce", "allgather", "reducescatter", "gemm_allreduce",
-                             "gemm_reducescatter", "allgather_gemm", "ring_attention"}) {
+    for (const char* name : {"allreduce", "allgather", "reducescatter", "alltoall",
+                             "gemm_allreduce", "gemm_reducescatter", "allgather_gemm",
+                             "moe_dispatch_gemm", "moe_ffn_combine", "ring_attention"}) {
       SUBCASE(fmt::format("{} ranks, {} per node: {}", ranks, per_node, name).c_str()) {
         auto c = compile(dsl::SourceFile::read(fmt::format("samples/{}.mks", name)), ranks,
                          kSizes.at(name), per_node);
@@ -313,7 +317,7 @@ GPU_TEST_CASE("nodes emulated on one host: edges between nodes through the proxi
         LocalJob job(c->plan(), c->jit.cubin, c->gen(), lo);
         REQUIRE(job.has_proxies());
         for (int launch = 1; launch <= 2; ++launch) {
-          for (const TensorCheck& t : checked_launch(job, c->plan(), {}, 11 + launch)) {
+          for (const TensorCheck& t : checked_launch(job, c->plan(), fns, 11 + launch)) {
             CHECK_MESSAGE(t.ok(), name << " launch " << launch << " rank " << t.rank << " "
                                        << t.tensor << ": " << t.rel_error << ", " << t.unwritten
                                        << " unwritten");
