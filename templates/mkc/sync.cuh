@@ -248,14 +248,6 @@ __device__ __forceinline__ u64& proxy_task_end() {
   return end;
 }
 
-// One thread: `count` consecutive entries (see proxy_claim), recorded for proxy_task_drain.
-// ~0ull after a failure (recorded; the task is marked failed).
-__device__ __forceinline__ u64 proxy_claim_for_task(const KernelArgs& a, u64 count) {
-  const u64 first = proxy_claim(a, count);
-  if (first != ~0ull) atomicMax(&proxy_task_end(), first + count);
-  return first;
-}
-
 // One thread: one request (n = 1) or two to the same rank (n = 2: src1, dst1, bytes1 too), for
 // proxy_task_drain. Inlined: as a call (__noinline__) the kernels that run it beside the wgmma
 // tiles at 168 registers spill more (52-64 B against 32 B, nvcc 13.0 on moe_dispatch_gemm, 4 ranks
@@ -265,8 +257,9 @@ struct ProxyPut {
 };
 __device__ __forceinline__ void proxy_put_for_task(const KernelArgs& a, int dst_rank, int n,
                                                    ProxyPut p0, ProxyPut p1) {
-  const u64 e = proxy_claim_for_task(a, static_cast<u64>(n));
-  if (e == ~0ull) return;  // recorded
+  const u64 e = proxy_claim(a, static_cast<u64>(n));
+  if (e == ~0ull) return;  // recorded; the task is marked failed
+  atomicMax(&proxy_task_end(), e + n);
   proxy_publish(a, e, p0.src, p0.dst, p0.bytes, dst_rank, -1);
   if (n > 1) proxy_publish(a, e + 1, p1.src, p1.dst, p1.bytes, dst_rank, -1);
 }
