@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "bench/csv.h"
+#include "bench/sizes.h"
+#include "bench/stats.h"
 #include "runtime/net/all_gather.h"
 #include "runtime/net/memory.h"
 #include "runtime/net/proxy.h"
@@ -39,37 +41,9 @@ using mkc::rt::net::Proxy;
 using mkc::rt::net::ProxyOptions;
 using mkc::rt::net::ProxySetup;
 using Clock = std::chrono::steady_clock;
-
-int64_t parse_size(const std::string& flag, const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  const std::string unit(end);
-  const int64_t mul = unit.empty()  ? 1
-                      : unit == "K" ? 1024
-                      : unit == "M" ? 1 << 20
-                      : unit == "G" ? int64_t{1} << 30
-                                    : 0;
-  if (end == s.c_str() || mul == 0 || v <= 0 || v * mul > double(int64_t{1} << 34))
-    throw UserError(fmt::format("{}: `{}` is not a size (e.g. 4K, 64M, 65536)", flag, s));
-  return static_cast<int64_t>(v * mul);
-}
-
-std::vector<int64_t> parse_sizes(const std::string& flag, const std::string& list) {
-  std::vector<int64_t> out;
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    const size_t comma = std::min(list.find(',', pos), list.size());
-    out.push_back(parse_size(flag, list.substr(pos, comma - pos)));
-    pos = comma + 1;
-  }
-  return out;
-}
-
-std::string size_text(int64_t b) {
-  if (b % (1 << 20) == 0) return fmt::format("{} MB", b >> 20);
-  if (b % 1024 == 0) return fmt::format("{} KB", b >> 10);
-  return fmt::format("{} B", b);
-}
+using mkc::bench::parse_size;
+using mkc::bench::parse_sizes;
+using mkc::bench::size_text;
 
 u64 load_acquire(u64& w) {
   return std::atomic_ref<u64>(w).load(std::memory_order_acquire);
@@ -222,23 +196,19 @@ int run(int argc, char** argv) {
     const auto t1 = Clock::now();
     if (i >= warmup) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
-  std::sort(us.begin(), us.end());
-  double mean = 0;
-  for (double v : us) mean += v / static_cast<double>(us.size());
-  const double median = us[us.size() / 2];
-  const double p99 = us[std::min(us.size() - 1, us.size() * 99 / 100)];
+  const mkc::bench::Summary st = mkc::bench::summarize(us);
   fmt::print("\nlatency, 8-byte put + signal, ring entry -> destination counter ({} times)\n",
              iters);
   fmt::print("{:>10} {:>10} {:>10} {:>10}\n", "min us", "median us", "p99 us", "mean us");
-  fmt::print("{:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f}\n", us.front(), median, p99, mean);
+  fmt::print("{:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f}\n", st.min, st.median, st.p99, st.mean);
   csv.row({{"bench", "proxy_bench"},
            {"case", "latency 8 B"},
            {"bytes", "8"},
            {"messages", std::to_string(iters)},
-           {"min_us", mkc::bench::num(us.front())},
-           {"median_us", mkc::bench::num(median)},
-           {"p99_us", mkc::bench::num(p99)},
-           {"mean_us", mkc::bench::num(mean)}});
+           {"min_us", mkc::bench::num(st.min)},
+           {"median_us", mkc::bench::num(st.median)},
+           {"p99_us", mkc::bench::num(st.p99)},
+           {"mean_us", mkc::bench::num(st.mean)}});
 
   // Bandwidth: back-to-back messages, counted on another counter.
   fmt::print("\nbandwidth, rank 0 -> rank 1, back to back\n");

@@ -11,6 +11,7 @@
 #include <exception>
 #include <thread>
 
+#include "runtime/cuda_heap.h"
 #include "runtime/local_job.h"
 #include "runtime/local_job_internal.h"
 #include "runtime/net/all_gather.h"
@@ -20,54 +21,6 @@
 #include "support/error.h"
 
 namespace mkc::rt {
-namespace {
-
-// A rank's heap as its proxy reaches it: copies on a stream of the proxy's own (never the legacy
-// default stream, which would wait for the persistent kernel that waits for these bytes), each
-// synchronised before it returns. Called from the proxy's thread: the context is made current
-// there on every call.
-class CudaHeap final : public net::MemoryAccess {
- public:
-  CudaHeap(CUcontext ctx, CUdeviceptr base, int64_t bytes)
-      : ctx_(ctx), base_(base), bytes_(bytes) {}
-  ~CudaHeap() override {
-    if (stream_ == nullptr) return;
-    const Driver& d = Driver::get();
-    d.cuCtxSetCurrent(ctx_);
-    d.cuStreamDestroy(stream_);
-  }
-  int64_t size() const override { return bytes_; }
-  void read(int64_t offset, void* dst, int64_t bytes) override {
-    net::check_range(offset, bytes, bytes_, "heap read");
-    if (bytes == 0) return;
-    const Driver& d = enter();
-    MKC_CU(d, cuMemcpyDtoHAsync, dst, base_ + static_cast<CUdeviceptr>(offset),
-           static_cast<size_t>(bytes), stream_);
-    MKC_CU(d, cuStreamSynchronize, stream_);
-  }
-  void write(int64_t offset, const void* src, int64_t bytes) override {
-    net::check_range(offset, bytes, bytes_, "heap write");
-    if (bytes == 0) return;
-    const Driver& d = enter();
-    MKC_CU(d, cuMemcpyHtoDAsync, base_ + static_cast<CUdeviceptr>(offset), src,
-           static_cast<size_t>(bytes), stream_);
-    MKC_CU(d, cuStreamSynchronize, stream_);
-  }
-
- private:
-  const Driver& enter() {
-    const Driver& d = Driver::get();
-    MKC_CU(d, cuCtxSetCurrent, ctx_);
-    if (stream_ == nullptr) MKC_CU(d, cuStreamCreate, &stream_, CU_STREAM_NON_BLOCKING);
-    return d;
-  }
-  CUcontext ctx_;
-  CUdeviceptr base_;
-  int64_t bytes_;
-  CUstream stream_ = nullptr;
-};
-
-}  // namespace
 
 // Rings, counters and one connected, running proxy per local rank. Collective: in-process ranks
 // connect from threads of their own (each Proxy constructor waits for its peers'), a rank of a

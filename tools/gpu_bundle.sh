@@ -15,9 +15,10 @@ done
 # mkc itself optimised: `mkc run --check` computes its reference on the CPU.
 # job_probe: one rank of multiprocess_test's jobs.
 bazel build -c opt //:mkc //bench:gemm_bench //bench:allreduce_bench //bench:gemm_allreduce_bench \
+  //bench:proxy_bench //bench:proxy_gpu_bench \
   //samples/host:gemm_allreduce //tools/mkrun //tests/runtime:job_probe //runtime:libmkc.so
 cp bazel-bin/mkc bazel-bin/bench/gemm_bench bazel-bin/bench/allreduce_bench \
-  bazel-bin/bench/gemm_allreduce_bench \
+  bazel-bin/bench/gemm_allreduce_bench bazel-bin/bench/proxy_bench bazel-bin/bench/proxy_gpu_bench \
   bazel-bin/samples/host/gemm_allreduce bazel-bin/tools/mkrun/mkrun bazel-bin/tests/runtime/job_probe \
   bazel-bin/runtime/libmkc.so "$dest/"
 # Tests open samples/*.mks relative to where they run.
