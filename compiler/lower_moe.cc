@@ -16,12 +16,13 @@ using compiler::OpInstance;
 // received row: source rank, source row, k), which combine uses to send rows back.
 //   a2a_counts on s: views {route_s, xcounts_d for d in 0..R}; args {E, K}: counts s's rows per
 //     expert and writes that row into every rank's xcounts[s].
-//   a2a_send on s: views {X_s, route_s, xcounts_s, Y_d..., origin_d...[, sent_s]}; args
-//     {r0, r1, E, K}: rows [r0, r1) of X go to their experts' ranks, at the row the
+//   a2a_send on s: views {X_s, route_s, xcounts_s, Y_d..., origin_d...[, sent_s, staged_s]};
+//     args {r0, r1, E, K}: rows [r0, r1) of X go to their experts' ranks, at the row the
 //     expert-major, then source-rank, then source-row order gives them. Across nodes (ranks per
-//     node < R) the rows to another node go through the proxy, which moves bytes from this rank's
-//     heap only: the origin entries of those rows are first written to sent_s [T * K, 3] i32 (at
-//     the pair's index, row * K + k), compiler scratch of the sender.
+//     node < R) the rows to another node go through the proxy, one request per expert: they are
+//     first copied, grouped by expert inside the task's region [r0 * K, r1 * K), into
+//     staged_s [T * K, H] (X's type) and their origin entries into sent_s [T * K, 3] i32,
+//     compiler scratch of the sender (the proxy reads this rank's heap only).
 //   a2a_finish on d: views {xcounts_d, counts_d}; args {E}: counts[s, e] = xcounts[s, d*E/R + e].
 void Lowerer::lower_alltoall(int i) {
   const OpInstance& op = s_.ops[i];
@@ -33,9 +34,14 @@ void Lowerer::lower_alltoall(int i) {
   const int xc = add_buffer(name_of(op) + ".xcounts", compiler::DType::kI32, {R(), E}, true);
   const int origin = add_buffer(name_of(op) + ".origin", compiler::DType::kI32, {cap, 3}, true);
   a2a_buffers_[i] = {xc, origin};
-  const int sent = per_node() < R() ? add_buffer(name_of(op) + ".sent", compiler::DType::kI32,
-                                                 {std::max<int64_t>(1, T * K), 3}, false)
-                                    : -1;
+  const bool proxied = per_node() < R();
+  const int sent = proxied ? add_buffer(name_of(op) + ".sent", compiler::DType::kI32,
+                                        {std::max<int64_t>(1, T * K), 3}, false)
+                           : -1;
+  const int staged =
+      proxied ? add_buffer(name_of(op) + ".staged", s_.tensors[op.inputs[0].tensor].dtype,
+                           {std::max<int64_t>(1, T * K), op.inputs[0].shape[1]}, false)
+              : -1;
   const int64_t rows_per =
       std::max<int64_t>(op.chunk.empty() ? T : op.chunk[0], cdiv(T, opts_.max_a2a_tasks_per_rank));
   // In phases over all ranks (program order for the dependency rules): counts, rows, finish.
@@ -68,8 +74,9 @@ void Lowerer::lower_alltoall(int i) {
         t.writes.push_back(whole_box(t.views.back()));
         t.writes.back().scatter = true;
       }
-      if (sent >= 0) {
-        t.views.push_back(whole(sent, s));
+      for (const int scratch : {sent, staged}) {
+        if (scratch < 0) continue;
+        t.views.push_back(whole(scratch, s));
         t.writes.push_back(whole_box(t.views.back()));
         t.writes.back().scatter = true;
       }

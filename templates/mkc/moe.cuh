@@ -142,7 +142,15 @@ constexpr int kSendChunk = 1024;
 //    next place), and every warp copies rows, one (row, k) pair per warp, 16 bytes per lane.
 // Experts are taken kMoeBins at a time; a destination's experts may straddle two windows (`carry`
 // keeps the scan's running total and the start of the destination that straddles).
-// Args A2aSendArgs; views {X, route, xcounts (this rank's, [R, E]), Y_d..., origin_d...}.
+// Across nodes (MKC_HAS_PROXY), a destination of another node gets one request per expert for
+// the task's rows (and one for their origin entries), not one per row: the warps copy such rows
+// into the sender's `staged` (and their origin entries into `sent`) grouped by expert, then a
+// thread per expert asks the proxy for the run. A task's staging region is its pairs' own,
+// [r0 * K, r1 * K); inside it a window's experts follow each other in expert order (a histogram
+// of the task's pairs and its exclusive scan, kept in `before` as "stage offset - first place",
+// so that a run's end is base[e] + before[e] and its start is the previous expert's end).
+// Args A2aSendArgs; views {X, route, xcounts (this rank's, [R, E]), Y_d..., origin_d...
+// [, sent, staged]}.
 template <typename T>
 __device__ void a2a_send(const KernelArgs& a, const View* v, const long long* args, int nb,
                          int ranks) {
@@ -155,12 +163,16 @@ __device__ void a2a_send(const KernelArgs& a, const View* v, const long long* ar
   int* base = moe_bins();
   __shared__ int before[kMoeBins];  // exclusive scan of rows per expert (all sources)
   __shared__ int place[kSendChunk];
-  __shared__ long long carry[2];  // scan total of earlier windows; start of a straddling group
-  if (threadIdx.x == 0) carry[0] = carry[1] = 0;
+  // Scan total of earlier windows; start of a straddling group; staged rows of earlier windows.
+  __shared__ long long carry[3];
+  if (threadIdx.x == 0) carry[0] = carry[1] = carry[2] = 0;
 #ifdef MKC_HAS_PROXY
   if (threadIdx.x == 0) proxy_task_end() = 0;  // before the window loop's first barrier
-  // sent [T * K, 3]: the origin entries of rows to other nodes (the proxy reads only this heap).
+  // The rows to other nodes and their origin entries, staged where the proxy reads (this heap):
+  // staged [T * K, H], sent [T * K, 3].
   int* const sent = view_ptr<int>(a, v[3 + 2 * ranks], nb);
+  T* const staged = view_ptr<T>(a, v[4 + 2 * ranks], nb);
+  const long long row_bytes = H * static_cast<long long>(sizeof(T));
 #endif
   for (long long e0 = 0; e0 < E; e0 += kMoeBins) {
     const int bins = static_cast<int>(E - e0 < kMoeBins ? E - e0 : kMoeBins);
@@ -193,6 +205,22 @@ __device__ void a2a_send(const KernelArgs& a, const View* v, const long long* ar
       if (g >= e0 && g < e0 + bins) carry[1] = before[g - e0] + done;
       carry[0] = done + total;
     }
+#ifdef MKC_HAS_PROXY
+    // The task's pairs per expert, scanned: before[i] = stage offset of expert i's run (in the
+    // window) - its first place.
+    __syncthreads();  // thread 0 has read `before`
+    for (int i = threadIdx.x; i < bins; i += blockDim.x) before[i] = 0;
+    __syncthreads();
+    for (long long i = r0 * K + threadIdx.x; i < r1 * K; i += blockDim.x) {
+      const long long e = route[i] - e0;
+      if (e >= 0 && e < bins) atomicAdd(before + e, 1);
+    }
+    __syncthreads();  // the scan reads its runs before its first barrier
+    const int mine = block_exclusive_scan(before, bins);
+    for (int i = threadIdx.x; i < bins; i += blockDim.x) before[i] -= base[i];
+    const long long stage0 = r0 * K + carry[2];  // the window's first staged row
+    __syncthreads();
+#endif
     for (long long c0 = r0 * K; c0 < r1 * K; c0 += kSendChunk) {
       const long long c1 = c0 + kSendChunk < r1 * K ? c0 + kSendChunk : r1 * K;
       if (warp == 0) {
@@ -217,38 +245,42 @@ __device__ void a2a_send(const KernelArgs& a, const View* v, const long long* ar
         const int pos = place[p - c0];
         if (pos < 0) continue;
         const long long tok = p / K, k = p % K, d = (route[p]) / per;
+        T* dst = view_ptr<T>(a, v[3 + d], nb) + pos * H;
+        int* origin = view_ptr<int>(a, v[3 + ranks + d], nb) + pos * 3;
 #ifdef MKC_HAS_PROXY
-        if (other_node(a, d)) continue;  // the requests below
+        if (other_node(a, d)) {  // staged for the run's request below
+          const long long at = stage0 + pos + before[route[p] - e0];
+          dst = staged + at * H;
+          origin = sent + at * 3;
+        }
 #endif
-        copy_row_warp(view_ptr<T>(a, v[3 + d], nb) + pos * H, X + tok * H, H, lane);
+        copy_row_warp(dst, X + tok * H, H, lane);
         if (lane == 0) {
-          int* origin = view_ptr<int>(a, v[3 + ranks + d], nb);
-          origin[pos * 3 + 0] = a.rank;
-          origin[pos * 3 + 1] = static_cast<int>(tok);
-          origin[pos * 3 + 2] = static_cast<int>(k);
+          origin[0] = a.rank;
+          origin[1] = static_cast<int>(tok);
+          origin[2] = static_cast<int>(k);
         }
       }
-#ifdef MKC_HAS_PROXY
-      // The pairs to other nodes: a thread each, two requests (the row into Y_d; its origin
-      // entry, staged in `sent`, into origin_d). Apart from the copy loop, which spills with them.
-      for (long long p = c0 + threadIdx.x; p < c1; p += blockDim.x) {
-        const int pos = place[p - c0];
-        const long long d = route[p] / per;
-        if (pos < 0 || !other_node(a, d)) continue;
-        int* o = sent + p * 3;
-        o[0] = a.rank;
-        o[1] = static_cast<int>(p / K);
-        o[2] = static_cast<int>(p % K);
-        const long long row = H * static_cast<long long>(sizeof(T));
-        proxy_put_for_task(a, static_cast<int>(d), 2,
-                           {own_heap_offset(a, X + p / K * H),
-                            remote_heap_offset<T>(a, v[3 + d], nb) + pos * row, row},
-                           {own_heap_offset(a, o),
-                            remote_heap_offset<int>(a, v[3 + ranks + d], nb) + pos * 12, 12});
-      }
-#endif
       __syncthreads();
     }
+#ifdef MKC_HAS_PROXY
+    // A thread per expert of another node's rank: its run of staged rows, and of their origin
+    // entries, to their places [first, first + n) in that rank's Y and origin.
+    for (int i = threadIdx.x; i < bins; i += blockDim.x) {
+      const long long d = (e0 + i) / per;
+      const long long end = base[i] + before[i], start = i > 0 ? base[i - 1] + before[i - 1] : 0;
+      if (end == start || !other_node(a, d)) continue;
+      const long long n = end - start, first = base[i] - n;
+      __threadfence_system();  // the CTA's staging (ordered by the barrier), before the proxy
+      proxy_put_for_task(
+          a, static_cast<int>(d), 2,
+          {own_heap_offset(a, staged + (stage0 + start) * H),
+           remote_heap_offset<T>(a, v[3 + d], nb) + first * row_bytes, n * row_bytes},
+          {own_heap_offset(a, sent + (stage0 + start) * 3),
+           remote_heap_offset<int>(a, v[3 + ranks + d], nb) + first * 12, n * 12});
+    }
+    if (threadIdx.x == 0) carry[2] += mine;
+#endif
     __syncthreads();  // thread 0 read `before` for the carry
   }
 #ifdef MKC_HAS_PROXY

@@ -566,10 +566,19 @@ TEST_CASE("verifier: across nodes, only the proxy's own signals order the data t
         compiler::compile_file(dsl::SourceFile::read(fmt::format("samples/{}.mks", name)), moe);
     REQUIRE(m->kernels.size() == 1);
     CHECK(m->kernels[0].source.find("#define MKC_HAS_PROXY 1") != std::string::npos);
-    // The sender stages the origin entries of its rows to the other node (plan scratch).
-    bool staged = false;
-    for (const Buffer& b : m->plans[0].buffers) staged |= b.name == "dispatch.sent";
-    CHECK(staged);
+    // The sender stages its rows to the other node, [T * K, H] of X's type, and their origin
+    // entries, [T * K, 3] i32 (plan scratch, not symmetric).
+    const Buffer* sent = nullptr;
+    const Buffer* staged = nullptr;
+    for (const Buffer& b : m->plans[0].buffers) {
+      if (b.name == "dispatch.sent") sent = &b;
+      if (b.name == "dispatch.staged") staged = &b;
+    }
+    REQUIRE(sent != nullptr);
+    REQUIRE(staged != nullptr);
+    CHECK(sent->shape == std::vector<int64_t>{16 * 2, 3});
+    CHECK(staged->shape == std::vector<int64_t>{16 * 2, 64});
+    CHECK_FALSE(staged->symmetric);
   }
 }
 
