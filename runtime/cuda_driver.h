@@ -55,6 +55,8 @@ namespace mkc::rt {
   X(cuMemHostAlloc, 2020)                              \
   X(cuMemHostGetDevicePointer, 3020)                   \
   X(cuMemFreeHost, 2000)                               \
+  X(cuMemHostRegister, 6050)                           \
+  X(cuMemHostUnregister, 4000)                         \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050) \
   X(cuEventCreate, 2000)                               \
   X(cuEventRecord, 2000)                               \

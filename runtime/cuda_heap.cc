@@ -1,5 +1,7 @@
 #include "runtime/cuda_heap.h"
 
+#include <algorithm>
+
 #include "runtime/cuda_driver.h"
 
 namespace mkc::rt {
@@ -16,6 +18,22 @@ CUstream CudaHeap::enter() {
   MKC_CU(d, cuCtxSetCurrent, ctx_);
   if (stream_ == nullptr) MKC_CU(d, cuStreamCreate, &stream_, CU_STREAM_NON_BLOCKING);
   return stream_;
+}
+
+void CudaHeap::stage_begin(void* buffer, size_t bytes) {
+  if (buffer == nullptr || bytes == 0) return;
+  enter();
+  if (Driver::get().cuMemHostRegister(buffer, bytes, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS)
+    locked_.push_back(buffer);
+}
+
+void CudaHeap::stage_end(void* buffer) {
+  const auto it = std::find(locked_.begin(), locked_.end(), buffer);
+  if (it == locked_.end()) return;
+  locked_.erase(it);
+  const Driver& d = Driver::get();
+  d.cuCtxSetCurrent(ctx_);
+  d.cuMemHostUnregister(buffer);
 }
 
 void CudaHeap::read(int64_t offset, void* dst, int64_t bytes) {

@@ -8,6 +8,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/net/memory.h"
 
@@ -25,6 +26,10 @@ class CudaHeap final : public net::MemoryAccess {
   int64_t size() const override { return bytes_; }
   void read(int64_t offset, void* dst, int64_t bytes) override;
   void write(int64_t offset, const void* src, int64_t bytes) override;
+  // Page-locks a transport's staging buffer (cuMemHostRegister), or leaves it as it is when the
+  // driver refuses (the copies still work, through the driver's bounce buffers).
+  void stage_begin(void* buffer, size_t bytes) override;
+  void stage_end(void* buffer) override;
 
  private:
   CUstream enter();
@@ -32,6 +37,7 @@ class CudaHeap final : public net::MemoryAccess {
   CUdeviceptr base_;
   int64_t bytes_;
   CUstream stream_ = nullptr;
+  std::vector<void*> locked_;  // staging buffers this heap page-locked
 };
 
 }  // namespace mkc::rt

@@ -45,6 +45,17 @@ class MemoryAccess {
   // kernel, which waits for these bytes.)
   virtual void write(int64_t offset, const void* src, int64_t bytes) = 0;
 
+  // A transport's staging buffer (host memory it copies payloads through) starts or ends being
+  // used with read() and write(). An implementation on GPU memory page-locks it meanwhile, so
+  // the copies run by DMA at PCIe speed instead of through the driver's own bounce buffers. Best
+  // effort: a buffer that cannot be locked stays usable. `stage_end` comes before the buffer is
+  // freed, with the heap still alive. The defaults do nothing.
+  virtual void stage_begin(void* buffer, size_t bytes) {
+    (void)buffer;
+    (void)bytes;
+  }
+  virtual void stage_end(void* buffer) { (void)buffer; }
+
   // What RDMA may register; the default: nothing (stage through host buffers).
   virtual HeapRegistration registration() const { return {}; }
 

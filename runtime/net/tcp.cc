@@ -100,7 +100,14 @@ class TcpTransport final : public Transport {
     if (options_.chunk_bytes < 4096) options_.chunk_bytes = 4096;
     if (options_.queue < 1) options_.queue = 1;
   }
-  ~TcpTransport() override { drop_all(); }
+  ~TcpTransport() override {
+    drop_all();
+    for (Peer& p : peers_) {
+      if (heap_ == nullptr) break;
+      if (p.out) heap_->stage_end(p.out.get());
+      if (p.in) heap_->stage_end(p.in->buffer());
+    }
+  }
 
   const char* name() const override { return "tcp"; }
   void connect(const ConnectParams& params, MemoryAccess& heap) override;
@@ -258,6 +265,8 @@ void TcpTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
     p.in = std::make_unique<StreamReader>(
         options_.chunk_bytes, heap.size(), timeout_, p.rank,
         fmt::format("tcp: rank {}: rank {} at {}", rank_, p.rank, p.address));
+    heap.stage_begin(p.out.get(), options_.chunk_bytes);
+    heap.stage_begin(p.in->buffer(), p.in->capacity());
     fds_.push_back({p.fd, POLLIN, 0});
   }
   connected_ = true;

@@ -57,6 +57,10 @@ class StreamReader {
   // message is cut short. No step blocks or waits; `now` is the caller's clock.
   bool step(int fd, bool readable, Completion* out, size_t& n, size_t max, Clock::time_point now);
 
+  // The buffer received bytes land in (for MemoryAccess::stage_begin), and its size.
+  char* buffer() const { return buf_.get(); }
+  size_t capacity() const { return cap_; }
+
   // The peer said goodbye: sending to it is an error.
   bool departed() const { return departed_; }
   // A message (or its header) is cut short: the reader waits for the rest.

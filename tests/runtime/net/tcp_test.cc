@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <set>
 
 #include "runtime/net/all_gather.h"
 #include "runtime/net/proxy.h"
@@ -291,6 +292,51 @@ TEST_CASE("tcp: a goodbye is not a failure; sending to the rank that said it is 
                        TransportError);
   CHECK_THROWS_WITH_AS(t[0]->send(5, {0, 8, 0}, 0, 2), doctest::Contains("no connection to rank 5"),
                        TransportError);
+}
+
+// Counts the staging buffers a transport hands its heap: each begun once, ended once, before
+// the transport is gone (CudaHeap page-locks them in between).
+class StagingMemory : public HostMemory {
+ public:
+  using HostMemory::HostMemory;
+  void stage_begin(void* buffer, size_t bytes) override {
+    CHECK(bytes > 0);
+    CHECK(live.insert(buffer).second);
+    ++begun;
+  }
+  void stage_end(void* buffer) override { CHECK(live.erase(buffer) == 1); }
+  std::set<void*> live;
+  int begun = 0;
+};
+
+TEST_CASE("tcp: staging buffers are given to the heap once each, and back before they are freed") {
+  StagingMemory a(4096), b(4096);
+  {
+    LocalAllGather ag(2, 10s);
+    std::vector<std::unique_ptr<Transport>> t(2);
+    const auto errors = run_ranks(2, [&](int rank) {
+      t[rank] = make_tcp_transport();
+      t[rank]->connect(params(rank, 2, ag), rank == 0 ? a : b);
+    });
+    REQUIRE(errors[0] == "");
+    REQUIRE(errors[1] == "");
+    // Per peer: the outgoing buffer and the incoming one.
+    CHECK(a.begun == 2);
+    CHECK(a.live.size() == 2);
+    // Staged bytes still arrive exactly.
+    for (int i = 0; i < 64; ++i) a.data()[i] = static_cast<std::byte>(i + 1);
+    REQUIRE(t[0]->send(1, {128, 64, 0}, 0, 1));
+    Receiver rx0(*t[0], a, 2), rx1(*t[1], b, 2);
+    poll_until(rx1, [&] {
+      rx0.poll();
+      return rx1.received.size() == 1;
+    });
+    for (int i = 0; i < 64; ++i) CHECK(b.data()[128 + i] == static_cast<std::byte>(i + 1));
+    t[0]->close();
+  }
+  CHECK(a.live.empty());
+  CHECK(b.live.empty());
+  CHECK(b.begun == 2);
 }
 
 TEST_CASE("tcp: a rank that goes away after the all_gather is named when connecting times out") {
