@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/main.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/local_job.h"
 #include "support/error.h"
@@ -233,20 +234,6 @@ class MultiGraph {
   std::vector<CUstream> streams_;
   std::vector<CUgraphExec> execs_;
 };
-
-// A benchmark's main: runs `run`; a UserError (a bad flag) exits 1, any other error 2, each
-// printed as "NAME: error: ...".
-inline int guarded_main(const char* name, int (*run)(int, char**), int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const mkc::UserError& e) {
-    fmt::print(stderr, "{}: error: {}\n", name, e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "{}: error: {}\n", name, e.what());
-    return 2;
-  }
-}
 
 // mkc's side: mean microseconds per launch of a job, launches back to back after a warm-up, over
 // enough launches to last about 0.2 s (at least 10, at most `max_iters`).

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench/csv.h"
+#include "bench/main.h"
 #include "compiler/check.h"
 #include "dsl/diagnostics.h"
 #include "dsl/parser.h"
@@ -115,13 +116,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const mkc::UserError& e) {
-    fmt::print(stderr, "check_bench: error: {}\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "check_bench: error: {}\n", e.what());
-    return 2;
-  }
+  return mkc::bench::guarded_main("check_bench", run, argc, argv);
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench/csv.h"
+#include "bench/main.h"
 #include "bench/sizes.h"
 #include "bench/stats.h"
 #include "runtime/net/all_gather.h"
@@ -239,13 +240,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const mkc::UserError& e) {
-    fmt::print(stderr, "proxy_bench: error: {}\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "proxy_bench: error: {}\n", e.what());
-    return 2;
-  }
+  return mkc::bench::guarded_main("proxy_bench", run, argc, argv);
 }

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "bench/csv.h"
+#include "bench/main.h"
 #include "bench/sizes.h"
 #include "bench/stats.h"
 #include "compiler/jit.h"
@@ -558,13 +559,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const mkc::UserError& e) {
-    fmt::print(stderr, "proxy_gpu_bench: error: {}\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "proxy_gpu_bench: error: {}\n", e.what());
-    return 2;
-  }
+  return mkc::bench::guarded_main("proxy_gpu_bench", run, argc, argv);
 }
