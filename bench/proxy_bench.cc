@@ -149,12 +149,7 @@ int run(int argc, char** argv) {
       return argv[++i];
     };
     const auto count = [&](const std::string& flag, long lo, long hi) {
-      const std::string v = value();
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < lo || n > hi)
-        throw UserError(fmt::format("{}: `{}` is not a number in [{}, {}]", flag, v, lo, hi));
-      return n;
+      return mkc::bench::parse_count(flag, value(), lo, hi);
     };
     if (a == "--iters") {
       iters = static_cast<int>(count(a, 1, 10'000'000));

@@ -221,6 +221,7 @@ class Bench {
 
   // One-way floor samples (us): half of each GPU -> host -> GPU round.
   std::vector<double> floor(int rounds) {
+    fits(rounds);
     flags_[0] = flags_[8] = 0;
     u64* to_host = flags_;
     u64* from_host = flags_ + 8;
@@ -241,6 +242,7 @@ class Bench {
   // One-way proxy samples (us): rank 0 sends `per_round` requests of `bytes`, rank 1 answers
   // with a signal; half of each round (per_round 1), or the whole round (bandwidth).
   std::vector<double> proxy(int rounds, int per_round, int64_t bytes, double scale) {
+    fits(rounds);
     u64 base[2] = {load_acquire(ranks_[0].events[0]), load_acquire(ranks_[1].events[0])};
     for (int r : {1, 0}) {
       GpuRank& g = ranks_[r];
@@ -256,6 +258,13 @@ class Bench {
   }
 
  private:
+  // The kernels write a stamp per round into a buffer of max_rounds_.
+  void fits(int rounds) const {
+    if (rounds < 1 || rounds > max_rounds_)
+      throw mkc::InternalError(
+          fmt::format("proxy_gpu_bench: {} rounds, stamps for {}", rounds, max_rounds_));
+  }
+
   u64 timeout_ns() const { return static_cast<u64>(std::chrono::nanoseconds(timeout_).count()); }
 
   void compile() {
@@ -454,12 +463,7 @@ int run(int argc, char** argv) {
       return argv[++i];
     };
     const auto count = [&](long lo, long hi) {
-      const std::string v = value();
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < lo || n > hi)
-        throw UserError(fmt::format("{}: `{}` is not a number in [{}, {}]", a, v, lo, hi));
-      return n;
+      return mkc::bench::parse_count(a, value(), lo, hi);
     };
     if (a == "--iters") {
       iters = static_cast<int>(count(10, 1'000'000));

@@ -1,5 +1,5 @@
-// Byte sizes on a benchmark's command line ("4K", "64M", "65536", lists "4K,1M") and in its
-// tables ("4 KB", "64 MB", "8 B").
+// Numbers on a benchmark's command line: counts in a range, byte sizes ("4K", "64M", "65536",
+// lists "4K,1M"); and sizes in its tables ("4 KB", "64 MB", "8 B").
 #pragma once
 
 #include <fmt/format.h>
@@ -13,6 +13,15 @@
 #include "support/error.h"
 
 namespace mkc::bench {
+
+// `value` of `flag` as a whole number in [lo, hi], or UserError naming both.
+inline long parse_count(const std::string& flag, const std::string& value, long lo, long hi) {
+  char* end = nullptr;
+  const long n = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || n < lo || n > hi)
+    throw mkc::UserError(fmt::format("{}: `{}` is not a number in [{}, {}]", flag, value, lo, hi));
+  return n;
+}
 
 inline int64_t parse_size(const std::string& flag, const std::string& s) {
   char* end = nullptr;

@@ -267,8 +267,8 @@ TEST_CASE("tcp: a proxy that fails mid-message makes its peer's proxy fail, nami
   CHECK(events[0][1] == 0);
 }
 
-TEST_CASE("tcp: a goodbye is not a failure; sending to the rank that said it is one") {
-  HostMemory a(4096), b(4096);
+// Two tcp transports on loopback, rank 0 over heap a and rank 1 over b, connected.
+std::vector<std::unique_ptr<Transport>> connect_pair(MemoryAccess& a, MemoryAccess& b) {
   LocalAllGather ag(2, 10s);
   std::vector<std::unique_ptr<Transport>> t(2);
   const auto errors = run_ranks(2, [&](int rank) {
@@ -277,6 +277,12 @@ TEST_CASE("tcp: a goodbye is not a failure; sending to the rank that said it is 
   });
   REQUIRE(errors[0] == "");
   REQUIRE(errors[1] == "");
+  return t;
+}
+
+TEST_CASE("tcp: a goodbye is not a failure; sending to the rank that said it is one") {
+  HostMemory a(4096), b(4096);
+  std::vector<std::unique_ptr<Transport>> t = connect_pair(a, b);
   // A last message, then the goodbye: rank 0 gets the message, and no error.
   REQUIRE(t[1]->send(0, {64, 8, 0}, 0, 1));
   Receiver rx1(*t[1], b, 2);
@@ -312,14 +318,7 @@ class StagingMemory : public HostMemory {
 TEST_CASE("tcp: staging buffers are given to the heap once each, and back before they are freed") {
   StagingMemory a(4096), b(4096);
   {
-    LocalAllGather ag(2, 10s);
-    std::vector<std::unique_ptr<Transport>> t(2);
-    const auto errors = run_ranks(2, [&](int rank) {
-      t[rank] = make_tcp_transport();
-      t[rank]->connect(params(rank, 2, ag), rank == 0 ? a : b);
-    });
-    REQUIRE(errors[0] == "");
-    REQUIRE(errors[1] == "");
+    std::vector<std::unique_ptr<Transport>> t = connect_pair(a, b);
     // Per peer: the outgoing buffer and the incoming one.
     CHECK(a.begun == 2);
     CHECK(a.live.size() == 2);
