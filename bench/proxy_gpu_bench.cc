@@ -1,9 +1,10 @@
 // The proxy path as a kernel sees it, on one GPU: two ranks of this process (two emulated nodes),
-// each with its ring and counters in host-mapped memory, its heap in GPU memory (rt::CudaHeap, as
-// rt::LocalJob gives it) and its proxy thread over the tcp transport on loopback. A one-CTA kernel
-// per rank claims and publishes the ring entries itself (templates/mkc/sync.cuh: proxy_claim,
-// proxy_publish) and waits on its proxy counter, so every figure includes the PCIe writes and
-// reads of the real path. Beside it, in the same run, what the path cannot beat:
+// each with its ring in host-mapped memory, its heap in GPU memory (rt::CudaHeap, as rt::LocalJob
+// gives it) with the proxy's counters and tail at its end, and its proxy thread over the tcp
+// transport on loopback. A one-CTA kernel per rank claims and publishes the ring entries itself
+// (templates/mkc/sync.cuh: proxy_claim, proxy_publish) and waits on its proxy counter, so every
+// figure includes the PCIe writes and the copies of the real path. Beside it, in the same run,
+// what the path cannot beat:
 //
 // floor:  GPU -> host -> GPU through two host-mapped words: the kernel stores a value with a
 //         release at system scope, a host thread that spins on it stores it back, the kernel
@@ -18,9 +19,12 @@
 //
 // added = proxy (0 B) - floor - wire, one way: what the proxy costs beyond the GPU's reach of the
 // host and the wire itself (the issue's goal: at most 5 us). Timed with %globaltimer on the GPU
-// (floor, proxy) and steady_clock on the host (wire). Usage:
+// (floor, proxy) and steady_clock on the host (wire).
+// --pollers N runs N more CTAs through every measurement, each polling a host-mapped word with
+// 1 us sleeps: the load a job's waiting CTAs put on PCIe when they polled host memory.
+// Usage:
 //   proxy_gpu_bench [--iters 2000] [--sizes 4K,64K,1M,16M,64M] [--total 256M] [--timeout-s 20]
-//                   [--csv FILE] [--compile-only (NVRTC only, no GPU)]
+//                   [--pollers 0] [--csv FILE] [--compile-only (NVRTC only, no GPU)]
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -120,6 +124,15 @@ extern "C" __global__ void proxy_pingpong(KernelArgs a, int peer, int initiator,
     stamps[i - 1] = globaltimer() - t0;
   }
 }
+
+// Load: thread 0 of every CTA polls a host-mapped word (1 us sleeps) until it is non-zero.
+extern "C" __global__ void host_poller(KernelArgs a, u64* stop) {
+  begin_task(a, 0);
+  if (threadIdx.x != 0) return;
+  cuda::atomic_ref<u64, cuda::thread_scope_system> r(*stop);
+  while (r.load(cuda::memory_order_relaxed) == 0 && globaltimer() < task_state().deadline)
+    __nanosleep(1024);
+}
 )";
 
 // The kernels, through NVRTC and the JIT cache (no GPU needed).
@@ -141,13 +154,18 @@ u64 load_acquire(u64& w) {
   return std::atomic_ref<u64>(w).load(std::memory_order_acquire);
 }
 
-// One emulated node's rank: heap, ring, counters, error record, stream, proxy.
+// The proxy's words at the end of a heap of `bytes`: its counter, then (a line further) its tail.
+constexpr int64_t kWordsBytes = 4096;
+constexpr int64_t kTailAfter = 64;
+
+// One emulated node's rank: heap (with the proxy's words), ring, host copy of the counter, error
+// record, stream, proxy.
 struct GpuRank {
   CUdeviceptr heap = 0, head = 0, stamps = 0;
+  int64_t words = 0;  // heap offset of the proxy's published counter
   mkc::abi::ProxyRing* ring = nullptr;
   CUdeviceptr ring_dev = 0;
-  u64* events = nullptr;
-  CUdeviceptr events_dev = 0;
+  u64 events[1] = {0};
   mkc::abi::ErrorRecord* error = nullptr;
   CUdeviceptr error_dev = 0;
   CUstream stream = nullptr;
@@ -161,8 +179,9 @@ struct GpuRank {
     a.timeout_ns = timeout_ns;
     a.error = reinterpret_cast<mkc::abi::ErrorRecord*>(error_dev);
     a.proxy = reinterpret_cast<mkc::abi::ProxyRing*>(ring_dev);
-    a.proxy_events = reinterpret_cast<u64*>(events_dev);
+    a.proxy_events = reinterpret_cast<u64*>(heap + words);
     a.proxy_head = reinterpret_cast<u64*>(head);
+    a.proxy_tail = reinterpret_cast<u64*>(heap + words + kTailAfter);
     a.heap = reinterpret_cast<const char*>(heap);
     return a;
   }
@@ -182,22 +201,24 @@ class Bench {
     compile();
     for (int r = 0; r < 2; ++r) {
       GpuRank& g = ranks_[r];
-      MKC_CU(d_, cuMemAlloc, &g.heap, static_cast<size_t>(heap_bytes));
+      g.words = heap_bytes;
+      MKC_CU(d_, cuMemAlloc, &g.heap, static_cast<size_t>(heap_bytes + kWordsBytes));
       MKC_CU(d_, cuMemsetD8, g.heap, static_cast<unsigned char>(r + 1),
              static_cast<size_t>(heap_bytes));
+      MKC_CU(d_, cuMemsetD8, g.heap + heap_bytes, 0, static_cast<size_t>(kWordsBytes));
       MKC_CU(d_, cuMemAlloc, &g.head, sizeof(u64));
       MKC_CU(d_, cuMemsetD8, g.head, 0, sizeof(u64));
       MKC_CU(d_, cuMemAlloc, &g.stamps, sizeof(u64) * static_cast<size_t>(max_rounds));
       g.ring = host_mapped<mkc::abi::ProxyRing>(d_, sizeof(mkc::abi::ProxyRing), &g.ring_dev);
-      g.events = host_mapped<u64>(d_, 64, &g.events_dev);
       g.error = host_mapped<mkc::abi::ErrorRecord>(d_, sizeof(mkc::abi::ErrorRecord), &g.error_dev);
       MKC_CU(d_, cuStreamCreate, &g.stream, CU_STREAM_NON_BLOCKING);
-      g.memory = std::make_unique<mkc::rt::CudaHeap>(ctx_, g.heap, heap_bytes);
+      g.memory = std::make_unique<mkc::rt::CudaHeap>(ctx_, g.heap, heap_bytes + kWordsBytes);
     }
-    flags_ = host_mapped<u64>(d_, 128, &flags_dev_);
+    flags_ = host_mapped<u64>(d_, 192, &flags_dev_);
     connect();
   }
   ~Bench() {
+    stop_pollers();
     for (GpuRank& g : ranks_) {
       if (g.proxy) g.proxy->stop();
     }
@@ -208,16 +229,35 @@ class Bench {
       if (g.stream) d_.cuStreamDestroy(g.stream);
       for (CUdeviceptr p : {g.heap, g.head, g.stamps})
         if (p) d_.cuMemFree(p);
-      for (void* p :
-           {static_cast<void*>(g.ring), static_cast<void*>(g.events), static_cast<void*>(g.error)})
+      for (void* p : {static_cast<void*>(g.ring), static_cast<void*>(g.error)})
         if (p) d_.cuMemFreeHost(p);
     }
+    if (poll_stream_) d_.cuStreamDestroy(poll_stream_);
     if (flags_) d_.cuMemFreeHost(flags_);
     if (module_) d_.cuModuleUnload(module_);
     d_.cuDevicePrimaryCtxRelease(dev_);
   }
 
   const std::string& device_name() const { return device_name_; }
+
+  // Starts `ctas` pollers of host memory (one thread each polling), running until stop_pollers().
+  void start_pollers(int ctas) {
+    if (ctas <= 0) return;
+    flags_[16] = 0;
+    CUdeviceptr stop = flags_dev_ + 128;
+    mkc::abi::KernelArgs a = ranks_[0].args(0, timeout_ns() * 1000);
+    void* params[] = {&a, &stop};
+    MKC_CU(d_, cuStreamCreate, &poll_stream_, CU_STREAM_NON_BLOCKING);
+    MKC_CU(d_, cuLaunchKernel, poller_fn_, static_cast<unsigned>(ctas), 1, 1, 32, 1, 1, 0,
+           poll_stream_, params, nullptr);
+  }
+
+  // Ends the pollers (their stop word) and waits for them. Never throws.
+  void stop_pollers() {
+    if (poll_stream_ == nullptr) return;
+    std::atomic_ref<u64>(flags_[16]).store(1, std::memory_order_release);
+    d_.cuStreamSynchronize(poll_stream_);
+  }
 
   // One-way floor samples (us): half of each GPU -> host -> GPU round.
   std::vector<double> floor(int rounds) {
@@ -243,6 +283,7 @@ class Bench {
   // with a signal; half of each round (per_round 1), or the whole round (bandwidth).
   std::vector<double> proxy(int rounds, int per_round, int64_t bytes, double scale) {
     fits(rounds);
+    // The host's copies of the counters (the proxies publish the same values to the heaps).
     u64 base[2] = {load_acquire(ranks_[0].events[0]), load_acquire(ranks_[1].events[0])};
     for (int r : {1, 0}) {
       GpuRank& g = ranks_[r];
@@ -272,6 +313,7 @@ class Bench {
     MKC_CU(d_, cuModuleLoadData, &module_, out.cubin.data());
     MKC_CU(d_, cuModuleGetFunction, &floor_fn_, module_, "floor_pingpong");
     MKC_CU(d_, cuModuleGetFunction, &proxy_fn_, module_, "proxy_pingpong");
+    MKC_CU(d_, cuModuleGetFunction, &poller_fn_, module_, "host_poller");
   }
 
   // The two proxies, connected to each other (collective: one thread each).
@@ -290,6 +332,8 @@ class Bench {
           s.events = ranks_[r].events;
           s.num_events = 1;
           s.heap = ranks_[r].memory.get();
+          s.heap_events_offset = ranks_[r].words;
+          s.heap_tail_offset = ranks_[r].words + kTailAfter;
           s.all_gather = ag.for_rank(r);
           s.options.timeout = timeout_;
           ranks_[r].proxy = std::make_unique<mkc::rt::net::Proxy>(
@@ -339,7 +383,8 @@ class Bench {
   CUcontext ctx_ = nullptr;
   std::string device_name_;
   CUmodule module_ = nullptr;
-  CUfunction floor_fn_ = nullptr, proxy_fn_ = nullptr;
+  CUfunction floor_fn_ = nullptr, proxy_fn_ = nullptr, poller_fn_ = nullptr;
+  CUstream poll_stream_ = nullptr;
   GpuRank ranks_[2];
   u64* flags_ = nullptr;
   CUdeviceptr flags_dev_ = 0;
@@ -455,6 +500,7 @@ int run(int argc, char** argv) {
   std::vector<int64_t> sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
   int64_t total = 256 << 20;
   int timeout_s = 20;
+  int pollers = 0;
   std::string csv_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -473,6 +519,8 @@ int run(int argc, char** argv) {
       total = mkc::bench::parse_size(a, value());
     } else if (a == "--timeout-s") {
       timeout_s = static_cast<int>(count(1, 3600));
+    } else if (a == "--pollers") {
+      pollers = static_cast<int>(count(0, 1024));
     } else if (a == "--csv") {
       csv_path = value();
     } else if (a == "--compile-only") {
@@ -483,9 +531,11 @@ int run(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       fmt::print(
           "usage: proxy_gpu_bench [--iters N] [--sizes 4K,64K,...] [--total BYTES] "
-          "[--timeout-s S] [--csv FILE] [--compile-only]\n"
+          "[--timeout-s S] [--pollers N] [--csv FILE] [--compile-only]\n"
           "The proxy path on one GPU (two emulated nodes, tcp on loopback) beside the\n"
-          "GPU->host->GPU floor and the loopback wire, measured in the same run.\n");
+          "GPU->host->GPU floor and the loopback wire, measured in the same run.\n"
+          "--pollers N: N more CTAs poll host memory meanwhile (the PCIe load of waits on\n"
+          "host-mapped words).\n");
       return 0;
     } else {
       throw UserError(fmt::format("unknown option `{}`; see --help", a));
@@ -497,16 +547,18 @@ int run(int argc, char** argv) {
   Bench bench(largest, std::max(iters, 8), timeout);
   fmt::print(
       "proxy_gpu_bench: {}, 2 ranks of 1 per node in one process, proxies over tcp on loopback, "
-      "{} hardware threads\n",
-      bench.device_name(), std::thread::hardware_concurrency());
-  mkc::bench::CsvWriter csv(csv_path, {"bench", "case", "bytes", "messages", "min_us", "median_us",
-                                       "p99_us", "mean_us", "gbps"});
+      "{} hardware threads, {} CTAs polling host memory meanwhile\n",
+      bench.device_name(), std::thread::hardware_concurrency(), pollers);
+  mkc::bench::CsvWriter csv(csv_path, {"bench", "case", "pollers", "bytes", "messages", "min_us",
+                                       "median_us", "p99_us", "mean_us", "gbps"});
+  const std::string polled = std::to_string(pollers);
   const auto row = [&](const std::string& what, int64_t bytes, std::vector<double> us) {
     const Summary s = mkc::bench::summarize(us);
     fmt::print("{:<34} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f}\n", what, s.min, s.median, s.p99,
                s.mean);
     csv.row({{"bench", "proxy_gpu_bench"},
              {"case", what},
+             {"pollers", polled},
              {"bytes", std::to_string(bytes)},
              {"messages", std::to_string(us.size())},
              {"min_us", mkc::bench::num(s.min)},
@@ -517,6 +569,7 @@ int run(int argc, char** argv) {
   };
 
   // Warm up every path once (module, proxies' connections, first copies).
+  bench.start_pollers(pollers);
   bench.floor(10);
   bench.proxy(10, 1, 8, 0.5);
   fmt::print("\none-way latency, {} round trips each (us)\n", iters);
@@ -532,6 +585,7 @@ int run(int argc, char** argv) {
              p8.median - p0.median);
   csv.row({{"bench", "proxy_gpu_bench"},
            {"case", "added by the proxy, one way"},
+           {"pollers", polled},
            {"median_us", mkc::bench::num(added)}});
 
   fmt::print("\nbandwidth, rank 0 -> rank 1, back to back (best of 3)\n");
@@ -547,15 +601,18 @@ int run(int argc, char** argv) {
                messages, best / messages, gbps, wire);
     csv.row({{"bench", "proxy_gpu_bench"},
              {"case", "bandwidth " + mkc::bench::size_text(bytes)},
+             {"pollers", polled},
              {"bytes", std::to_string(bytes)},
              {"messages", std::to_string(messages)},
              {"mean_us", mkc::bench::num(best / messages)},
              {"gbps", mkc::bench::num(gbps)}});
     csv.row({{"bench", "proxy_gpu_bench"},
              {"case", "wire bandwidth " + mkc::bench::size_text(bytes)},
+             {"pollers", polled},
              {"bytes", std::to_string(bytes)},
              {"gbps", mkc::bench::num(wire)}});
   }
+  bench.stop_pollers();
   csv.finish();
   return 0;
 }

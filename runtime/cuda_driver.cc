@@ -48,6 +48,15 @@ Driver Driver::load(const char* library) {
   }
   MKC_CUDA_DRIVER_ENTRY_POINTS(MKC_RESOLVE_ENTRY)
 #undef MKC_RESOLVE_ENTRY
+#define MKC_RESOLVE_OPTIONAL(name, version)                                                  \
+  {                                                                                          \
+    void* fn = nullptr;                                                                      \
+    CUdriverProcAddressQueryResult status{};                                                 \
+    if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS) \
+      d.name = reinterpret_cast<decltype(d.name)>(fn);                                       \
+  }
+  MKC_CUDA_DRIVER_OPTIONAL_ENTRY_POINTS(MKC_RESOLVE_OPTIONAL)
+#undef MKC_RESOLVE_OPTIONAL
   MKC_CU(d, cuInit, 0);
   MKC_CU(d, cuDriverGetVersion, &d.version_);
   return d;

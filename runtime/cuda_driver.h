@@ -77,7 +77,12 @@ namespace mkc::rt {
   X(cuGraphDestroy, 10000)                             \
   X(cuMemGetAddressRange, 3020)                        \
   X(cuPointerGetAttribute, 4000)                       \
-  X(cuStreamGetCtx, 9020)
+  X(cuStreamGetCtx, 9020)                              \
+  X(cuStreamWriteValue64, 11070)
+
+// Entry points mkc uses when the driver has them and does without otherwise (null when missing):
+// cuMemcpyBatchAsync (CUDA 12.8+) makes the proxy's many small copies one call.
+#define MKC_CUDA_DRIVER_OPTIONAL_ENTRY_POINTS(X) X(cuMemcpyBatchAsync, 12080)
 
 // The loaded driver: one function pointer per entry point, named as in cuda.h.
 class Driver {
@@ -91,6 +96,7 @@ class Driver {
 
 #define MKC_DECLARE_ENTRY(name, version) PFN_##name##_v##version name = nullptr;
   MKC_CUDA_DRIVER_ENTRY_POINTS(MKC_DECLARE_ENTRY)
+  MKC_CUDA_DRIVER_OPTIONAL_ENTRY_POINTS(MKC_DECLARE_ENTRY)
 #undef MKC_DECLARE_ENTRY
 
   int version() const {

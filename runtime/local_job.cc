@@ -79,6 +79,8 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
   offsets_ = layout.offsets;
   events_offset_ = layout.events_offset;
   proxy_head_offset_ = layout.proxy_head_offset;
+  proxy_tail_offset_ = layout.proxy_tail_offset;
+  proxy_events_offset_ = layout.proxy_events_offset;
   heap_bytes_ = layout.bytes;
   proxied_ = plan_.has_edges_between_nodes();
 

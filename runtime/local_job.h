@@ -132,6 +132,7 @@ class LocalJob {
   void start_proxies();
   void stop_proxies();
   std::string proxy_errors() const;
+  void print_proxy_stats(int rank) const;
   std::chrono::milliseconds proxy_timeout() const;
   void proxy_args(int rank, abi::KernelArgs* args) const;
 
@@ -142,6 +143,7 @@ class LocalJob {
   uint64_t epoch_ = 0;
   std::vector<size_t> offsets_;  // each buffer's offset in the heap
   size_t events_offset_ = 0, proxy_head_offset_ = 0, heap_bytes_ = 0;
+  size_t proxy_tail_offset_ = 0, proxy_events_offset_ = 0;
   bool proxied_ = false;                             // the plan has edges between nodes
   std::vector<std::unique_ptr<ProxyRank>> proxies_;  // [rank]: local ranks', when proxied_
   std::vector<std::unique_ptr<Rank>> ranks_;  // every rank of the world; the remote ones hold

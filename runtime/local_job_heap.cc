@@ -34,7 +34,9 @@ HeapLayout heap_layout(const plan::Plan& plan) {
   }
   h.events_offset = h.bytes;
   h.proxy_head_offset = h.events_offset + plan.events.size() * 8;
-  h.bytes = align(h.proxy_head_offset + 8);
+  h.proxy_tail_offset = h.proxy_head_offset + 64;
+  h.proxy_events_offset = h.proxy_tail_offset + 64;
+  h.bytes = align(h.proxy_events_offset + plan.events.size() * 8);
   return h;
 }
 

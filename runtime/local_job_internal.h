@@ -17,6 +17,7 @@
 
 #include "compiler/plan.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/cuda_heap.h"
 #include "runtime/local_job.h"
 #include "runtime/net/memory.h"
 #include "runtime/net/proxy.h"
@@ -42,24 +43,28 @@ struct LocalJob::Rank {
   CUdeviceptr error_dev = 0;
 };
 
-// A local rank's proxy (plans with edges between nodes): its ring and counters, host-mapped
-// (pointers here, and as the device sees them), its heap as the proxy reaches it, the thread.
+// A local rank's proxy (plans with edges between nodes): its ring, host-mapped (here, and as the
+// device sees it), the host's copy of its counters (the kernel polls the heap's: HeapLayout), its
+// heap as the proxy reaches it, the thread.
 struct LocalJob::ProxyRank {
   abi::ProxyRing* ring = nullptr;
   CUdeviceptr ring_dev = 0;
-  abi::u64* events = nullptr;  // [plan events]
-  CUdeviceptr events_dev = 0;
-  std::unique_ptr<net::MemoryAccess> heap;
+  std::vector<abi::u64> events;  // [plan events]
+  std::unique_ptr<CudaHeap> heap;
   std::unique_ptr<net::Proxy> proxy;
 };
 
 // The symmetric heap of a plan: every buffer at the same offset on every rank, then the event
-// counters (8 bytes each), then the proxy's claim counter (abi::KernelArgs::proxy_head). Offsets
-// are 512-byte aligned, which covers 16-byte vector accesses and TMA's global address rule.
+// counters (8 bytes each), then the proxy's words (abi::KernelArgs): the claim counter, the tail
+// as the proxy publishes it (a line further), and the proxy's counters (a line further, 8 bytes
+// per event). Buffer offsets are 512-byte aligned, which covers 16-byte vector accesses and TMA's
+// global address rule.
 struct HeapLayout {
   std::vector<size_t> offsets;  // each buffer's offset
   size_t events_offset = 0;
   size_t proxy_head_offset = 0;
+  size_t proxy_tail_offset = 0;
+  size_t proxy_events_offset = 0;
   size_t bytes = 0;
 };
 HeapLayout heap_layout(const plan::Plan& plan);

@@ -1,14 +1,16 @@
 // rt::LocalJob's host proxies, for plans with edges between nodes (real nodes, or nodes emulated on
 // one host: every ranks_per_node consecutive ranks are one, whatever the hardware). Each local rank
-// gets its request ring and proxy counters in host-mapped memory, its claim counter in device
-// memory (the heap's last counter), and a proxy thread (runtime/net/proxy.h) over the transport
-// MKC_NET picks (runtime/net/net.h), connected to the ranks of the other nodes. The kernel's side
-// is templates/mkc/sync.cuh (proxy_claim, proxy_publish, proxy_drain) and movement.cuh
-// (proxy_send_box); the protocol is docs/NET.md.
+// gets its request ring in host-mapped memory, its claim counter, tail and proxy counters in device
+// memory (the heap's last words: HeapLayout), and a proxy thread (runtime/net/proxy.h) over the
+// transport MKC_NET picks (runtime/net/net.h), connected to the ranks of the other nodes. The
+// kernel's side is templates/mkc/sync.cuh (proxy_claim, proxy_publish, proxy_drain) and
+// movement.cuh (proxy_send_box); the protocol is docs/NET.md.
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string_view>
 #include <thread>
 
 #include "runtime/cuda_heap.h"
@@ -40,11 +42,7 @@ void LocalJob::start_proxies() {
     pr->ring = static_cast<abi::ProxyRing*>(host);
     std::memset(pr->ring, 0, sizeof(abi::ProxyRing));
     MKC_CU(d, cuMemHostGetDevicePointer, &pr->ring_dev, host, 0);
-    MKC_CU(d, cuMemHostAlloc, &host, std::max(1, num_events) * sizeof(abi::u64),
-           CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
-    pr->events = static_cast<abi::u64*>(host);
-    std::memset(pr->events, 0, std::max(1, num_events) * sizeof(abi::u64));
-    MKC_CU(d, cuMemHostGetDevicePointer, &pr->events_dev, host, 0);
+    pr->events.assign(static_cast<size_t>(std::max(1, num_events)), 0);
     pr->heap = std::make_unique<CudaHeap>(rk.ctx, rk.heap, static_cast<int64_t>(heap_bytes_));
     proxies_[r] = std::move(pr);
   }
@@ -57,9 +55,12 @@ void LocalJob::start_proxies() {
     for (int p = 0; p < n; ++p)
       if (plan_.node_of(p) != plan_.node_of(r)) setup.peers.push_back(p);
     setup.ring = proxies_[r]->ring;
-    setup.events = proxies_[r]->events;
+    setup.events = proxies_[r]->events.data();
     setup.num_events = num_events;
     setup.heap = proxies_[r]->heap.get();
+    // The kernel polls these (device memory), not host-mapped words (abi.h, ProxyRing).
+    setup.heap_events_offset = static_cast<int64_t>(proxy_events_offset_);
+    setup.heap_tail_offset = static_cast<int64_t>(proxy_tail_offset_);
     if (opts_.group) {
       Rendezvous* group = opts_.group;
       setup.all_gather = [group](const std::string& mine) { return group->all_gather(mine); };
@@ -103,8 +104,9 @@ void LocalJob::proxy_args(int r, abi::KernelArgs* args) const {
   if (r >= static_cast<int>(proxies_.size()) || !proxies_[r]) return;
   const ProxyRank& pr = *proxies_[r];
   args->proxy = reinterpret_cast<abi::ProxyRing*>(pr.ring_dev);
-  args->proxy_events = reinterpret_cast<abi::u64*>(pr.events_dev);
+  args->proxy_events = reinterpret_cast<abi::u64*>(ranks_[r]->heap + proxy_events_offset_);
   args->proxy_head = reinterpret_cast<abi::u64*>(ranks_[r]->heap + proxy_head_offset_);
+  args->proxy_tail = reinterpret_cast<abi::u64*>(ranks_[r]->heap + proxy_tail_offset_);
 }
 
 // Stops every local proxy (after the barrier of the job's end, when there is one) and frees the
@@ -114,6 +116,11 @@ void LocalJob::stop_proxies() {
   for (auto& pr : proxies_) {
     if (pr && pr->proxy) pr->proxy->stop();
   }
+  const char* stats = std::getenv("MKC_PROXY_STATS");
+  if (stats != nullptr && std::string_view(stats) == "1") {
+    for (size_t r = 0; r < proxies_.size(); ++r)
+      if (proxies_[r] && proxies_[r]->proxy) print_proxy_stats(static_cast<int>(r));
+  }
   for (size_t r = 0; r < proxies_.size(); ++r) {
     if (!proxies_[r]) continue;
     ProxyRank& pr = *proxies_[r];
@@ -121,10 +128,26 @@ void LocalJob::stop_proxies() {
     pr.heap.reset();
     if (ranks_[r]->ctx) d.cuCtxSetCurrent(ranks_[r]->ctx);
     if (pr.ring) d.cuMemFreeHost(pr.ring);
-    if (pr.events) d.cuMemFreeHost(pr.events);
     proxies_[r].reset();
   }
   proxies_.clear();
+}
+
+// MKC_PROXY_STATS=1: one line per local proxy at the job's end, to stderr: requests, messages,
+// and the time its heap copies and publishes took (docs/NET.md).
+void LocalJob::print_proxy_stats(int r) const {
+  const ProxyRank& pr = *proxies_[static_cast<size_t>(r)];
+  const net::ProxyStats st = pr.proxy->status().stats;
+  const CudaHeap::Stats& h = pr.heap->stats();
+  const auto mean_us = [](int64_t ns, int64_t n) { return n > 0 ? ns * 1e-3 / n : 0.0; };
+  fmt::print(stderr,
+             "mkc: proxy of rank {}: {} requests ({} B), {} messages in ({} B); heap reads {} in "
+             "{} waits (mean {:.1f} us, max {:.1f} us a wait), writes {} in {} waits (mean "
+             "{:.1f} us, max {:.1f} us), publishes {} (mean {:.1f} us)\n",
+             r, st.requests, st.bytes_sent, st.messages_received, st.bytes_received, h.reads.copies,
+             h.reads.waits, mean_us(h.reads.ns, h.reads.waits), h.reads.max_ns * 1e-3,
+             h.writes.copies, h.writes.waits, mean_us(h.writes.ns, h.writes.waits),
+             h.writes.max_ns * 1e-3, h.publishes, mean_us(h.publish_ns, h.publishes));
 }
 
 // "; proxy of rank r: <error>" for every local proxy that failed, else "".

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -41,6 +42,15 @@ void HostMemory::read(int64_t offset, void* dst, int64_t bytes) {
 void HostMemory::write(int64_t offset, const void* src, int64_t bytes) {
   check_range(offset, bytes, size_, "HostMemory::write");
   if (bytes > 0) std::memcpy(data_.get() + offset, src, static_cast<size_t>(bytes));
+}
+
+void HostMemory::publish(int64_t offset, uint64_t value) {
+  check_range(offset, sizeof(value), size_, "HostMemory::publish");
+  if (offset % 8 != 0)
+    throw InternalError(
+        fmt::format("HostMemory::publish: offset {} is not 8-byte aligned", offset));
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(data_.get() + offset))
+      .store(value, std::memory_order_release);
 }
 
 HeapRegistration HostMemory::registration() const {

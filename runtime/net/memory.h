@@ -29,6 +29,18 @@ struct HeapRegistration {
   uint64_t device_address = 0;
 };
 
+// One piece of a batch of copies between the heap and host memory.
+struct ReadSpan {
+  int64_t offset;  // in the heap
+  void* dst;       // host memory
+  int64_t bytes;
+};
+struct WriteSpan {
+  int64_t offset;   // in the heap
+  const void* src;  // host memory
+  int64_t bytes;
+};
+
 class MemoryAccess {
  public:
   virtual ~MemoryAccess() = default;
@@ -44,6 +56,21 @@ class MemoryAccess {
   // the CUDA driver must not use the legacy default stream: it would wait for the persistent
   // kernel, which waits for these bytes.)
   virtual void write(int64_t offset, const void* src, int64_t bytes) = 0;
+
+  // Batches: as read() / write() of every span, in order, returning once all are done. On the
+  // CUDA driver one wait for the whole batch instead of one per copy. The defaults loop.
+  virtual void read_all(const ReadSpan* spans, size_t n) {
+    for (size_t i = 0; i < n; ++i) read(spans[i].offset, spans[i].dst, spans[i].bytes);
+  }
+  virtual void write_all(const WriteSpan* spans, size_t n) {
+    for (size_t i = 0; i < n; ++i) write(spans[i].offset, spans[i].src, spans[i].bytes);
+  }
+
+  // Stores the 8-byte `value` at `offset` (8-byte aligned) once every write() before it is
+  // visible: a word the GPU polls (the proxy's counters and its copy of the ring's tail). Need
+  // not wait for the store itself; stores of one word land in the order they were made. The
+  // default writes through write().
+  virtual void publish(int64_t offset, uint64_t value) { write(offset, &value, sizeof(value)); }
 
   // A transport's staging buffer (host memory it copies payloads through) starts or ends being
   // used with read() and write(). An implementation on GPU memory page-locks it meanwhile, so
@@ -73,6 +100,8 @@ class HostMemory : public MemoryAccess {
   int64_t size() const override { return size_; }
   void read(int64_t offset, void* dst, int64_t bytes) override;
   void write(int64_t offset, const void* src, int64_t bytes) override;
+  // A release store: a thread polling the word with an acquire load sees the writes before it.
+  void publish(int64_t offset, uint64_t value) override;
   // The buffer itself may be registered (ibv_reg_mr) unless `registrable` is false, which makes a
   // transport stage through buffers of its own as it would for GPU memory without a dma-buf.
   HeapRegistration registration() const override;

@@ -63,6 +63,17 @@ Proxy::Proxy(ProxySetup setup, std::unique_ptr<Transport> transport)
         fmt::format("proxy of rank {}: needs a transport, a ring, a heap and its {} counters",
                     s.rank, s.num_events));
   }
+  const auto check_word = [&](int64_t offset, int64_t bytes, const char* what) {
+    if (offset == -1) return;
+    if (offset < 0 || offset % 8 != 0 || !in_range(offset, bytes, s.heap->size())) {
+      throw UserError(fmt::format(
+          "proxy of rank {}: {} at heap offset {} ({} bytes) must be 8-byte aligned inside the "
+          "heap of {} bytes",
+          s.rank, what, offset, bytes, s.heap->size()));
+    }
+  };
+  check_word(s.heap_events_offset, int64_t{8} * s.num_events, "the published counters");
+  check_word(s.heap_tail_offset, 8, "the published tail");
   transport_name_ = transport_->name();
   ConnectParams params;
   params.rank = s.rank;
@@ -103,6 +114,12 @@ Proxy::Proxy(ProxySetup setup, std::unique_ptr<Transport> transport)
   completions_.resize(kCompletionBatch);
   bounce_.reset(new char[std::max<size_t>(s.options.local_chunk_bytes, 4096)]);
   next_ = tail_ = load_acquire(s.ring->tail);
+  // The published words start as the host's copies.
+  if (s.heap_tail_offset >= 0) s.heap->publish(s.heap_tail_offset, tail_);
+  if (s.heap_events_offset >= 0) {
+    for (int e = 0; e < s.num_events; ++e)
+      s.heap->publish(s.heap_events_offset + int64_t{8} * e, load_acquire(s.events[e]));
+  }
 }
 
 Proxy::~Proxy() {
@@ -177,9 +194,10 @@ void Proxy::run() {
     Clock::time_point idle_since{};
     unsigned idle_polls = 0;
     while (!stop_.load(std::memory_order_acquire)) {
-      const size_t n = transport_->poll(completions_.data(), completions_.size());
-      for (size_t i = 0; i < n; ++i) handle(completions_[i]);
+      // New requests first, so that this poll already sends them (one turn sooner).
       const bool took = take();
+      const size_t n = transport_->poll(completions_.data(), completions_.size());
+      deliver(n);
       const bool released = release();
       if (n > 0 || took || released) {
         idle = false;
@@ -294,9 +312,24 @@ bool Proxy::release() {
   if (t == tail_) return false;
   tail_ = t;
   store_release(setup_.ring->tail, t);
+  if (setup_.heap_tail_offset >= 0) setup_.heap->publish(setup_.heap_tail_offset, t);
   return true;
 }
 
+// The bytes of every received fragment of the poll into the heap, as one batch, then each
+// completion in order (counters after their bytes). The fragments stay valid until the next poll.
+void Proxy::deliver(size_t n) {
+  writes_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const Completion& c = completions_[i];
+    if (c.kind == Completion::kReceived && c.data != nullptr && c.bytes > 0)
+      writes_.push_back({c.dst_offset, c.data, c.bytes});
+  }
+  if (!writes_.empty()) setup_.heap->write_all(writes_.data(), writes_.size());
+  for (size_t i = 0; i < n; ++i) handle(completions_[i]);
+}
+
+// One completion whose bytes (if any) deliver() has written.
 void Proxy::handle(const Completion& c) {
   if (c.kind == Completion::kSent) {
     const uint64_t entry = c.cookie;
@@ -315,7 +348,6 @@ void Proxy::handle(const Completion& c) {
                             "but this rank has {} counters",
                             c.peer, transport_->peer_address(c.peer), c.event, setup_.num_events));
   }
-  if (c.data != nullptr && c.bytes > 0) setup_.heap->write(c.dst_offset, c.data, c.bytes);
   bump(counters_.bytes_received, static_cast<uint64_t>(c.bytes));
   if (!c.last) return;
   if (c.placed) setup_.heap->flush_inbound();
@@ -329,6 +361,9 @@ void Proxy::raise(int event) {
   // orders the heap writes above before the kernel's acquire of the counter.
   const Word v = std::atomic_ref<Word>(counter).load(std::memory_order_relaxed);
   store_release(counter, v + 1);
+  // After the heap writes of the message (write() returned once they were visible).
+  if (setup_.heap_events_offset >= 0)
+    setup_.heap->publish(setup_.heap_events_offset + int64_t{8} * event, v + 1);
 }
 
 // A request to the rank itself (the emulation of nodes may make them): through the bounce buffer,

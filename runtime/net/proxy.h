@@ -57,12 +57,18 @@ struct ProxySetup {
   // The ranks on other nodes this rank exchanges with (symmetric across ranks).
   std::vector<int> peers;
   // This rank's ring (host-mapped in the runtime; zeroed before its first use) and its proxy
-  // counters [num_events]. Both must outlive the Proxy.
+  // counters [num_events] (host memory: the proxy's own copy, for tests and the host). Both must
+  // outlive the Proxy.
   abi::ProxyRing* ring = nullptr;
   abi::u64* events = nullptr;
   int num_events = 0;
   // This rank's symmetric heap; must outlive the Proxy.
   MemoryAccess* heap = nullptr;
+  // Where in the heap the proxy also publishes (MemoryAccess::publish) its counters [num_events]
+  // and the ring's tail, 8-byte aligned: the words the kernel polls (abi::KernelArgs::proxy_events,
+  // proxy_tail), in device memory where the heap is. -1: not published.
+  int64_t heap_events_offset = -1;
+  int64_t heap_tail_offset = -1;
   AllGatherFn all_gather;
   ProxyOptions options;
 };
@@ -122,6 +128,7 @@ class Proxy {
   void run();
   bool take();
   bool release();
+  void deliver(size_t n);
   void handle(const Completion& c);
   void copy_local(const Taken& t);
   void raise(int event);
@@ -138,6 +145,7 @@ class Proxy {
   std::vector<char> is_peer_;        // per rank
   std::vector<Taken> taken_;         // [kProxySlots], by entry % kProxySlots
   std::vector<Completion> completions_;
+  std::vector<WriteSpan> writes_;  // deliver()'s batch
   std::unique_ptr<char[]> bounce_;
   uint64_t next_ = 0;  // the next entry to take
   uint64_t tail_ = 0;  // entries done, in order (published as ring->tail)

@@ -168,9 +168,10 @@ class TcpTransport final : public Transport {
   bool closed_ = false;
   int listen_fd_ = -1;
   uint64_t nonce_ = 0;
-  std::vector<Peer> peers_;   // in rank order
-  std::vector<int> slot_of_;  // rank -> index into peers_, or -1
-  std::vector<pollfd> fds_;   // one per peer, same order
+  std::vector<Peer> peers_;      // in rank order
+  std::vector<int> slot_of_;     // rank -> index into peers_, or -1
+  std::vector<pollfd> fds_;      // one per peer, same order
+  std::vector<ReadSpan> reads_;  // fill()'s batch of payload copies
 };
 
 void TcpTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
@@ -493,9 +494,11 @@ bool TcpTransport::send(int peer, const MessageHeader& header, int64_t src_offse
 }
 
 // Fills the (drained) staging buffer: headers and payloads of the queued messages, copied from
-// the heap; a message whose payload is all copied is reported sent.
+// the heap in one batch (one wait on the GPU, not one per message); a message whose payload is
+// all copied is reported sent (the report is read after the batch is done: fill returns first).
 void TcpTransport::fill(Peer& p, Completion* out, size_t& n, size_t max) {
   const size_t cap = options_.chunk_bytes;
+  reads_.clear();
   while (n < max) {
     if (!p.has_current) {
       if (p.queue_size == 0) break;
@@ -518,7 +521,7 @@ void TcpTransport::fill(Peer& p, Completion* out, size_t& n, size_t max) {
     const int64_t room = static_cast<int64_t>(cap - p.out_len);
     const int64_t take = std::min(left, room);
     if (take > 0) {
-      heap_->read(p.current.src_offset + p.copied, p.out.get() + p.out_len, take);
+      reads_.push_back({p.current.src_offset + p.copied, p.out.get() + p.out_len, take});
       p.copied += take;
       p.out_len += static_cast<size_t>(take);
     }
@@ -530,6 +533,7 @@ void TcpTransport::fill(Peer& p, Completion* out, size_t& n, size_t max) {
     c.cookie = p.current.cookie;
     p.has_current = false;
   }
+  if (!reads_.empty()) heap_->read_all(reads_.data(), reads_.size());
 }
 
 void TcpTransport::transmit(Peer& p, Completion* out, size_t& n, size_t max,

@@ -37,7 +37,7 @@ struct View {
 
 // A task waits until the counter `event` (on its own rank) reaches (epoch - lag) * count. With
 // `proxy` set the event is also raised from other nodes: the count is the sum of the counter and
-// this rank's proxy counter of the same index (KernelArgs::proxy_events).
+// this rank's proxy counter of the same index (KernelArgs::proxy_events, in device memory).
 struct Wait {
   int event;
   int count;
@@ -93,6 +93,10 @@ struct alignas(64) TensorMap {
 // moves `bytes` from the sending rank's symmetric heap to the destination rank's, through the
 // transport (TCP or RDMA), and once they are visible in the destination GPU's memory, adds 1 to the
 // destination rank's proxy counter `event`; then it advances `tail`.
+// The kernel polls only device memory: the proxy counters and a copy of `tail` live in the rank's
+// heap (KernelArgs::proxy_events, proxy_tail), and the proxy writes them with stream memory
+// operations ordered after its copies. Polling host-mapped words from many CTAs at once made
+// every PCIe read wait behind the others, the proxy's own copies too (docs/NET.md).
 constexpr int kProxySlots = 1024;
 
 struct ProxyRequest {
@@ -108,7 +112,8 @@ struct ProxyRequest {
 struct ProxyRing {
   u64 head;  // unused by the kernel (its claims count in KernelArgs::proxy_head)
   u64 pad0[7];
-  u64 tail;  // entries the proxy has taken (written by the proxy, read by the device)
+  u64 tail;  // entries the proxy has taken (the host's copy; the device reads
+             // KernelArgs::proxy_tail)
   u64 pad1[7];
   ProxyRequest entries[kProxySlots];
 };
@@ -124,9 +129,10 @@ struct KernelArgs {
   u64* trace;                    // optional: [tasks * 2] start/end %globaltimer, or null
   const TensorMap* tensor_maps;  // the plan's TMA descriptors (device memory), or null
   ProxyRing* proxy;              // this rank's ring to its proxy (host-mapped), or null
-  u64* proxy_events;             // this rank's proxy counters (host-mapped), or null
+  u64* proxy_events;             // this rank's proxy counters (device memory), or null
   u64* proxy_head;               // the ring's claim counter (device memory: claims are device
                                  // atomics, not PCIe ones), or null
+  u64* proxy_tail;               // the ring's tail as the proxy last wrote it (device memory)
   const char* heap;              // this rank's symmetric heap: proxy offsets are relative to it
 };
 // In `buffers`, a rank of another node has no address here: its entries hold the buffers' heap
@@ -311,7 +317,7 @@ static_assert(sizeof(TaskRecord) == 9 * 4, "a task record is nine ints");
 static_assert(sizeof(ErrorRecord) == 4 * 4 + 2 * 8, "the error record the host reads");
 static_assert(sizeof(TensorMap) == 128, "a CUtensorMap is 128 bytes");
 static_assert(sizeof(void*) == 8, "the kernel argument block assumes 64-bit pointers");
-static_assert(sizeof(KernelArgs) == 12 * 8, "the kernel argument block is twelve 8-byte words");
+static_assert(sizeof(KernelArgs) == 13 * 8, "the kernel argument block is thirteen 8-byte words");
 static_assert(sizeof(ProxyRequest) == 64, "a proxy request is one 64-byte line");
 static_assert(sizeof(ProxyRing) == 128 + 64 * kProxySlots, "head and tail on lines of their own");
 

@@ -109,7 +109,8 @@ __device__ inline bool wait_all(const KernelArgs& a, const Wait* waits, int n) {
       // traffic of the CTAs they wait for by two orders of magnitude (MoE dispatch rows at
       // 5 GB/s instead of 1.2 TB/s; docs/RESULTS.md, sixth session).
       cuda::atomic_ref<u64, cuda::thread_scope_system> c(a.events[a.rank][w.event]);
-      // Raised from other nodes too: plus the proxy's counter (host memory, a PCIe read).
+      // Raised from other nodes too: plus the proxy's counter (device memory, written by the
+      // proxy's stream after the bytes it delivered).
 #ifdef MKC_HAS_PROXY
       u64* const from_proxy = w.proxy ? a.proxy_events + w.event : nullptr;
 #else
@@ -162,28 +163,42 @@ __device__ __forceinline__ bool pipeline_timeout(const KernelArgs& a, int stage,
 }
 
 // ---- requests to the host proxy (edges to other nodes; abi.h, ProxyRing) ----------------------
+// Waits until the proxy's tail (KernelArgs::proxy_tail, device memory: the proxy writes it there
+// with a stream memory operation) reaches `need`: false after recording a timeout (expected: need,
+// seen: the tail) or seeing another CTA's failure. The host-mapped error flag is read every
+// MKC_FAILED_POLL_NS only: a PCIe read per poll from many CTAs slows the proxy's own copies.
+__device__ inline bool proxy_tail_reaches(const KernelArgs& a, u64 need) {
+  cuda::atomic_ref<u64, cuda::thread_scope_system> tail(*a.proxy_tail);
+  // Relaxed polls and one acquire at the end, as wait_all does.
+  u64 seen = tail.load(cuda::memory_order_relaxed);
+  u64 looked = 0;
+  for (unsigned sleep_ns = 256; seen < need; seen = tail.load(cuda::memory_order_relaxed)) {
+    const u64 now = globaltimer();
+    if (now > task_state().deadline) {
+      report_failure(a, abi::kProxyTimeout, -1, need, seen);
+      return false;
+    }
+    if (now - looked > MKC_FAILED_POLL_NS) {
+      if (looked != 0 && launch_failed(a)) {
+        task_state().failed = 1;
+        return false;
+      }
+      looked = now;
+    }
+    __nanosleep(sleep_ns);
+    if (sleep_ns < 8192) sleep_ns *= 2;
+  }
+  cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_system);
+  return true;
+}
+
 // One thread claims `count` consecutive entries (count <= kProxySlots) and waits for their credit:
 // the proxy must have taken every entry a lap before the last. Returns the first entry, or
 // ~0ull after recording a timeout (the task's deadline) or seeing another CTA's failure.
 __device__ inline u64 proxy_claim(const KernelArgs& a, u64 count) {
   const u64 first = atomicAdd(a.proxy_head, count);
   const u64 need = first + count > abi::kProxySlots ? first + count - abi::kProxySlots : 0;
-  cuda::atomic_ref<u64, cuda::thread_scope_system> tail(a.proxy->tail);
-  u64 seen = tail.load(cuda::memory_order_acquire);
-  for (unsigned sleep_ns = 256; seen < need; seen = tail.load(cuda::memory_order_acquire)) {
-    const u64 now = globaltimer();
-    if (now > task_state().deadline) {
-      report_failure(a, abi::kProxyTimeout, -1, need, seen);
-      return ~0ull;
-    }
-    if (launch_failed(a)) {
-      task_state().failed = 1;
-      return ~0ull;
-    }
-    __nanosleep(sleep_ns);
-    if (sleep_ns < 8192) sleep_ns *= 2;
-  }
-  return first;
+  return proxy_tail_reaches(a, need) ? first : ~0ull;
 }
 
 // Writes entry n and publishes it (seq last, release at system scope). Any thread.
@@ -202,20 +217,7 @@ __device__ __forceinline__ void proxy_publish(const KernelArgs& a, u64 n, long l
 // One thread waits until the proxy has taken entries [.., n]: their source bytes are read and may
 // be overwritten. False after recording a timeout or seeing another CTA's failure.
 __device__ inline bool proxy_drain(const KernelArgs& a, u64 n) {
-  cuda::atomic_ref<u64, cuda::thread_scope_system> tail(a.proxy->tail);
-  for (unsigned sleep_ns = 256; tail.load(cuda::memory_order_acquire) <= n;) {
-    if (globaltimer() > task_state().deadline) {
-      report_failure(a, abi::kProxyTimeout, -1, n + 1, tail.load(cuda::memory_order_relaxed));
-      return false;
-    }
-    if (launch_failed(a)) {
-      task_state().failed = 1;
-      return false;
-    }
-    __nanosleep(sleep_ns);
-    if (sleep_ns < 8192) sleep_ns *= 2;
-  }
-  return true;
+  return proxy_tail_reaches(a, n + 1);
 }
 
 #ifdef MKC_HAS_PROXY

@@ -2,14 +2,16 @@
 // only once published (seq last), tail advancing over done entries in order (the kernel's credit),
 // a full ring, wrap-around past kProxySlots, a broken ring and bad requests named as errors, a
 // transport failure naming the request in flight, the receiving side (heap bytes, then the
-// counter), requests to the rank itself, stop.
+// counter), the counters and tail published into the heap, requests to the rank itself, stop.
 #include "runtime/net/proxy.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -142,19 +144,49 @@ class ScriptedTransport : public Transport {
   std::shared_ptr<Script> s_;
 };
 
-// A heap that counts flush_inbound() calls and when they came (relative to the counter).
+// A heap that counts flush_inbound() calls, and logs every publish() with the number of write()s
+// before it (the proxy's thread writes, the test reads: under a lock).
 class CountingMemory : public HostMemory {
  public:
   using HostMemory::HostMemory;
   void flush_inbound() override { ++flushes; }
+  void write(int64_t offset, const void* src, int64_t bytes) override {
+    HostMemory::write(offset, src, bytes);
+    std::lock_guard lock(mutex);
+    ++writes;
+  }
+  void publish(int64_t offset, uint64_t value) override {
+    HostMemory::publish(offset, value);
+    std::lock_guard lock(mutex);
+    published.push_back({offset, value, writes});
+  }
+  struct Published {
+    int64_t offset;
+    uint64_t value;
+    int writes_before;
+  };
+  std::vector<Published> published_list() {
+    std::lock_guard lock(mutex);
+    return published;
+  }
+  uint64_t word(int64_t offset) {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(data() + offset))
+        .load(std::memory_order_acquire);
+  }
   int flushes = 0;
+
+ private:
+  std::mutex mutex;
+  int writes = 0;
+  std::vector<Published> published;
 };
 
 // One rank's proxy over a ScriptedTransport; the other ranks exist only in the all_gather, which
 // answers with copies of this rank's sizes.
 struct Rig {
-  explicit Rig(int world = 2, std::vector<int> peers = {1}, int num_events = 8,
-               int64_t heap_bytes = 1 << 20)
+  explicit Rig(
+      int world = 2, std::vector<int> peers = {1}, int num_events = 8, int64_t heap_bytes = 1 << 20,
+      const std::function<void(ProxySetup&)>& tweak = [](ProxySetup&) {})
       : ring(make_ring()), events(static_cast<size_t>(num_events), 0), heap(heap_bytes) {
     transport = std::make_shared<Script>();
     auto t = std::make_unique<ScriptedTransport>(transport);
@@ -170,6 +202,7 @@ struct Rig {
       return std::vector<std::string>(static_cast<size_t>(world), mine);
     };
     s.options.timeout = std::chrono::milliseconds(2000);
+    tweak(s);
     proxy = std::make_unique<Proxy>(std::move(s), std::move(t));
     writer = std::make_unique<RingWriter>(ring.get());
   }
@@ -410,6 +443,72 @@ TEST_CASE("proxy: received bytes go into the heap before the counter rises") {
   CHECK(rig.proxy->status().stats.messages_received == 4);
   CHECK(std::accumulate(rig.events.begin(), rig.events.end(), abi::u64{0}) == 3);
   CHECK_FALSE(rig.proxy->failed());
+}
+
+// The words the kernel polls: counters and tail published into the heap (device memory in a job).
+constexpr int64_t kWordsAt = (1 << 20) - 4096;  // counters [8], then the tail 64 bytes on
+constexpr int64_t kTailAt = kWordsAt + 64 + 8 * 8;
+
+TEST_CASE("proxy: counters and tail are published into the heap, each counter after its bytes") {
+  Rig rig(2, {1}, 8, 1 << 20, [](ProxySetup& s) {
+    s.heap_events_offset = kWordsAt;
+    s.heap_tail_offset = kTailAt;
+  });
+  // At construction: the host's values (zeros), one publish per counter and one for the tail.
+  CHECK(rig.heap.published_list().size() == 9);
+  rig.proxy->start();
+  std::vector<char> payload(512, 5);
+  Completion c;
+  c.kind = Completion::kReceived;
+  c.peer = 1;
+  c.event = 3;
+  c.dst_offset = 4096;
+  c.bytes = 512;
+  c.data = payload.data();
+  c.last = true;
+  rig.transport->inject(c);
+  rig.transport->inject(c);
+  REQUIRE(wait_until([&] { return rig.heap.word(kWordsAt + 3 * 8) == 2; }));
+  CHECK(rig.counter(3) == 2);
+  for (int i = 0; i < 5; ++i) rig.writer->post(request(1, 64 * i, 0, 64, 0));
+  REQUIRE(wait_until([&] { return rig.heap.word(kTailAt) == 5; }));
+  CHECK(rig.tail() == 5);
+  rig.proxy->stop();
+  int raised = 0;
+  abi::u64 last_tail = 0;
+  for (const auto& p : rig.heap.published_list()) {
+    if (p.offset == kWordsAt + 3 * 8 && p.value > 0) {
+      // Raise k comes after message k's write into the heap.
+      CHECK(p.writes_before >= static_cast<int>(p.value));
+      ++raised;
+    } else if (p.offset == kTailAt) {
+      CHECK(p.value >= last_tail);  // the tail never goes back
+      last_tail = p.value;
+    }
+  }
+  CHECK(raised == 2);
+  CHECK(last_tail == 5);
+  for (int e = 0; e < 8; ++e) CHECK(rig.heap.word(kWordsAt + 8 * e) == (e == 3 ? 2u : 0u));
+}
+
+TEST_CASE("proxy: published words must be aligned and inside the heap") {
+  const auto refused = [](int64_t events_at, int64_t tail_at) {
+    try {
+      Rig rig(2, {1}, 8, 1 << 20, [&](ProxySetup& s) {
+        s.heap_events_offset = events_at;
+        s.heap_tail_offset = tail_at;
+      });
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(refused(kWordsAt + 4, -1).find("the published counters at heap offset") !=
+        std::string::npos);
+  CHECK(refused((1 << 20) - 32, -1).find("inside the heap of 1048576 bytes") != std::string::npos);
+  CHECK(refused(-1, 1 << 20).find("the published tail") != std::string::npos);
+  CHECK(refused(-1, -8).find("the published tail") != std::string::npos);
+  CHECK(refused(kWordsAt, kTailAt) == "");
 }
 
 TEST_CASE("proxy: a peer's message for a counter this rank lacks is an error naming the peer") {
