@@ -17,6 +17,10 @@ struct LowerOptions {
   int64_t one_shot_max_bytes = 1 << 20;
   // Upper bound of a2a_send tasks per rank (row blocks of the dispatched tensor).
   int64_t max_a2a_tasks_per_rank = 128;
+  // The same bound for plans with edges between nodes: fewer, larger row blocks, so that a task's
+  // rows for one expert on another node make one proxy request, not one each (every request costs
+  // the proxy a copy; docs/NET.md, MoE across nodes).
+  int64_t max_a2a_tasks_per_rank_across_nodes = 16;
   // Multiprocessors of the target: a GEMM without tile(...) takes 128 x 256 tiles when they fill
   // every SM at least once, else 128 x 128.
   int64_t sms = 132;

@@ -42,8 +42,11 @@ void Lowerer::lower_alltoall(int i) {
       proxied ? add_buffer(name_of(op) + ".staged", s_.tensors[op.inputs[0].tensor].dtype,
                            {std::max<int64_t>(1, T * K), op.inputs[0].shape[1]}, false)
               : -1;
-  const int64_t rows_per =
-      std::max<int64_t>(op.chunk.empty() ? T : op.chunk[0], cdiv(T, opts_.max_a2a_tasks_per_rank));
+  const int64_t max_tasks =
+      proxied ? std::min(opts_.max_a2a_tasks_per_rank, opts_.max_a2a_tasks_per_rank_across_nodes)
+              : opts_.max_a2a_tasks_per_rank;
+  const int64_t rows_per = std::max<int64_t>(op.chunk.empty() ? T : op.chunk[0],
+                                             cdiv(T, std::max<int64_t>(1, max_tasks)));
   // In phases over all ranks (program order for the dependency rules): counts, rows, finish.
   for (int64_t s = 0; s < R(); ++s) {
     Task ct = task(i, s, TaskKind::kA2aCounts, fmt::format("{}.counts", name_of(op)));
