@@ -245,6 +245,8 @@ class Bench {
     if (ctas <= 0) return;
     flags_[16] = 0;
     CUdeviceptr stop = flags_dev_ + 128;
+    // They outlive every measurement (each bounded by the timeout), so their own deadline is
+    // far longer: only a bench that never reaches stop_pollers() meets it.
     mkc::abi::KernelArgs a = ranks_[0].args(0, timeout_ns() * 1000);
     void* params[] = {&a, &stop};
     MKC_CU(d_, cuStreamCreate, &poll_stream_, CU_STREAM_NON_BLOCKING);
