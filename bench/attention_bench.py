@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """mkc's attention against PyTorch SDPA (cuDNN and flash backends), same process, same tensors.
 
-mkc's kernel (bench/attention.mks, and samples/ring_attention.mks at one rank) is driven through
+mkc's kernel (bench/attention.mks, and samples/ring_attention.mks and the zigzag causal ring
+samples/ring_attention_causal.mks at one rank) is driven through
 its C API (runtime/capi.h, libmkc.so) on the Q, K, V and O that PyTorch allocated, on PyTorch's
 stream. Each case is checked first (mkc's O against SDPA's, and both against an fp32 reference on
 a slice of heads), then timed with CUDA events: the median of --reps runs of --iters launches.
@@ -34,6 +35,10 @@ def main():
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--ring-shapes", default="16384x128", help="SxD,... for the ring at R = 1")
+    ap.add_argument("--causal-ring", default=os.path.join(os.path.dirname(__file__), "..",
+                                                          "samples", "ring_attention_causal.mks"))
+    ap.add_argument("--causal-ring-shapes", default="16384x128",
+                    help="SxD,... for the zigzag causal ring at R = 1")
     ap.add_argument("--csv", default="")
     args = ap.parse_args()
     mkc = Mkc(args.lib)
@@ -120,6 +125,52 @@ def main():
                          ratio_alone=t_ring / t_alone, rel_err_fp32=err))
         mkc.free(ring)
         mkc.free(alone)
+    # The zigzag causal ring at one rank: the sequence in two chunks (the rank holds chunks 0 and
+    # 1), four attentions placed by q_start / k_start (one of them fully masked), against the
+    # causal attention alone and cuDNN's on the same sequence.
+    for spec in filter(None, args.causal_ring_shapes.split(",")):
+        S, D = (int(x) for x in spec.split("x"))
+        H, C = args.heads, S // 2
+        q, k, v = (torch.randn(1, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        # [1, H, S, D] -> [2, 1, H, C, D]: chunk a of the sequence first.
+        chunks = lambda t: t.view(1, H, 2, C, D).permute(2, 0, 1, 3, 4).contiguous()
+        qz = chunks(q)
+        kvz = torch.stack([chunks(k), chunks(v)]).contiguous()
+        oz = torch.full_like(qz, float("nan"))
+        ring = mkc.compile(args.causal_ring, {"B": 1, "H": H, "S": S, "D": D})
+        for name, t in (("Q", qz), ("KV", kvz), ("O", oz)):
+            mkc.bind(ring, name, t)
+        alone = mkc.compile(args.schedule, {"B": 1, "H": H, "S": S, "D": D, "MASK": 2})
+        o2 = torch.full_like(q, float("nan"))
+        for name, t in (("Q", q), ("K", k), ("V", v), ("O", o2)):
+            mkc.bind(alone, name, t)
+        mkc.launch(ring, stream)
+        mkc.launch(alone, stream)
+        mkc.sync(ring)
+        mkc.sync(alone)
+        o_ring = oz.permute(1, 2, 0, 3, 4).reshape(1, H, S, D)
+        nan = torch.isnan(oz).sum().item()
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            ref_cudnn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        err_alone, err_cudnn = rel_l2(o_ring, o2), rel_l2(o_ring, ref_cudnn)
+        t_ring = time_us(lambda: mkc.launch(ring, stream), args.iters, args.reps)
+        t_alone = time_us(lambda: mkc.launch(alone, stream), args.iters, args.reps)
+        mkc.sync(ring)
+        mkc.sync(alone)
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            t_cudnn = time_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                              args.iters, args.reps)
+        print(f"causal ring (zigzag) R=1 S={S} D={D}: {t_ring:.1f} us, causal attention alone "
+              f"{t_alone:.1f} us, cuDNN {t_cudnn:.1f} us; ring / alone {t_ring / t_alone:.3f}, "
+              f"cuDNN / ring {t_cudnn / t_ring:.3f}; O vs alone {err_alone:.2e}, vs cuDNN "
+              f"{err_cudnn:.2e}, NaN {nan}", flush=True)
+        rows.append(dict(case="causal_ring_r1", S=S, D=D, causal=1, mkc_us=t_ring,
+                         alone_us=t_alone, cudnn_us=t_cudnn, ratio_alone=t_ring / t_alone,
+                         ratio_cudnn=t_cudnn / t_ring, rel_err_fp32=err_cudnn, unwritten=nan))
+        mkc.free(ring)
+        mkc.free(alone)
+        del q, k, v, qz, kvz, oz, o2
+        torch.cuda.empty_cache()
     if args.csv:
         write_csv(args.csv, rows)
 

@@ -160,8 +160,8 @@ bool Checker::check_tile(const dsl::Clause& c, OpKind kind, const OpInstance& in
     return true;
   }
   if (kind == OpKind::kAttention) {
-    if (sizes.size() != 2) {
-      error(DiagKind::kBadArgument, c.span, "an attention tile is tile(query_rows, key_rows)");
+    if (sizes.size() != 1 && sizes.size() != 2) {
+      error(DiagKind::kBadArgument, c.span, "an attention tile is tile(query_rows[, key_rows])");
       return false;
     }
     return true;

@@ -19,16 +19,18 @@ using dsl::Span;
 
 namespace {
 
+// Attention that accumulates over a loop reads the running output it merges into.
+bool accumulates(const OpInstance& op) {
+  return op.kind == OpKind::kAttention && op.ints.count("accumulate") && op.ints.at("accumulate");
+}
+
 std::vector<int> read_tensors(const OpInstance& op) {
   std::vector<int> t;
   for (const TensorUse& u : op.inputs) t.push_back(u.tensor);
   for (const auto& [key, idx] : op.tensor_args) {
     if (key != "counts" || op.kind == OpKind::kGroupedGemm) t.push_back(idx);
   }
-  // Attention that accumulates over a loop reads the running output it merges into.
-  if (op.kind == OpKind::kAttention && op.ints.count("accumulate") && op.ints.at("accumulate")) {
-    t.push_back(op.outputs[0].tensor);
-  }
+  if (accumulates(op)) t.push_back(op.outputs[0].tensor);
   return t;
 }
 
@@ -418,10 +420,19 @@ void Checker::check_races() {
   std::vector<Read> indirect;  // reads whose reader does not wait for the writer directly
   LastWriters writes(out_.tensors.size());
   std::vector<int> waits_of(n, -1);  // waits_of[t] == c: c waits for t directly
+  // What each instance reads through its operands: its inputs, and for an attention that
+  // accumulates the slice of O it merges into (`O[1]` is not `O[0]`). Kept for the whole check:
+  // the reads recorded below point into it.
+  std::vector<std::vector<TensorUse>> read_uses(n);
+  for (int c = 0; c < n; ++c) {
+    const OpInstance& op = out_.ops[c];
+    read_uses[c] = op.inputs;
+    if (accumulates(op)) read_uses[c].push_back(op.outputs[0]);
+  }
   for (int c = 0; c < n; ++c) {
     const OpInstance& op = out_.ops[c];
     bool marked = false;
-    for (const Slice& use : slices(op.inputs, read_tensors(op), op.decl->span)) {
+    for (const Slice& use : slices(read_uses[c], read_tensors(op), op.decl->span)) {
       const int w = writes.last(use, steps);
       if (w < 0) continue;
       if (!marked) {

@@ -19,6 +19,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
+#include <tuple>
+#include <vector>
 
 #include "compiler/checker.h"
 
@@ -250,14 +253,21 @@ void Checker::unroll(const std::vector<dsl::Item>& items, LoopEnv& env,
   }
 }
 
-// Which instances open and close their declaration's sequence (an attention that accumulates
-// over a loop initialises its state in the first and writes its output in the last).
+// Which instances open and close their merge group (an attention that accumulates initialises
+// its state in the first and writes its output in the last): the accumulating attentions into
+// one output slice, or else one declaration's instances.
 void Checker::mark_first_and_last() {
-  std::set<const dsl::OpDecl*> seen;
-  for (OpInstance& op : out_.ops) op.first_of_decl = seen.insert(op.decl).second;
+  using Group = std::tuple<const dsl::OpDecl*, int, std::vector<int64_t>>;
+  const auto group = [](const OpInstance& op) -> Group {
+    if (op.kind == OpKind::kAttention && op.ints.count("accumulate") && op.ints.at("accumulate"))
+      return {nullptr, op.outputs[0].tensor, op.outputs[0].index};
+    return {op.decl, -1, {}};
+  };
+  std::set<Group> seen;
+  for (OpInstance& op : out_.ops) op.first_of_group = seen.insert(group(op)).second;
   seen.clear();
   for (auto it = out_.ops.rbegin(); it != out_.ops.rend(); ++it)
-    it->last_of_decl = seen.insert(it->decl).second;
+    it->last_of_group = seen.insert(group(*it)).second;
 }
 
 }  // namespace mkc::compiler

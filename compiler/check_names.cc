@@ -153,8 +153,8 @@ std::optional<int64_t> Checker::name_value(const Expr& e, const EvalCtx& ctx) {
         error(DiagKind::kRankDependent, e.span,
               fmt::format("a {} cannot depend on `rank`", ctx.what))
             .set_hint(
-                "every rank must agree on it; `rank` may appear in peer(...) and "
-                "rows_from(...)");
+                "every rank must agree on it; `rank` may appear in peer(...), "
+                "rows_from(...) and attention's q_start and k_start");
         return std::nullopt;
       }
       return ctx.rank;

@@ -39,7 +39,7 @@ struct OpRule {
   OpKind kind;
   size_t min_in, max_in, min_out, max_out;
   bool (Checker::*check)(OpCheck&);
-  std::array<const char*, 3> keys;  // unused slots are null
+  std::array<const char*, 5> keys;  // unused slots are null
   const char* usage;
 };
 
@@ -55,8 +55,10 @@ constexpr OpRule kOpRules[] = {
    "map(fn, X1[, X2 ...] -> Y)"},
   {OpKind::kReduce, 1, 1, 1, 1, &Checker::check_reduce, {"op", "axis"},
    "reduce(X -> Y, op = sum, axis = k)"},
-  {OpKind::kAttention, 3, 3, 1, 1, &Checker::check_attention, {"causal", "accumulate", "scale"},
-   "attention(Q, K, V -> O[, causal = 0|1][, accumulate = 0|1][, scale = s])"},
+  {OpKind::kAttention, 3, 3, 1, 1, &Checker::check_attention,
+   {"causal", "accumulate", "scale", "q_start", "k_start"},
+   "attention(Q, K, V -> O[, causal = 0|1][, accumulate = 0|1][, scale = s][, q_start = e, "
+   "k_start = e])"},
   {OpKind::kCopy, 1, 1, 1, 1, &Checker::check_copy, {},
    "copy(X -> Y)"},
   {OpKind::kAllReduce, 2, 2, 0, 1, &Checker::check_allreduce, {},
@@ -417,6 +419,35 @@ bool Checker::check_attention(OpCheck& check) {
           "`accumulate = 1` merges attention over a loop's iterations, but this attention is "
           "not in a loop");
     return false;
+  }
+  // Where Q's and K's first rows sit in the whole sequence, for the causal mask (key j is visible
+  // to query i when k_start + j <= q_start + i). They may differ between ranks (ring attention:
+  // the block a rank holds at each step), so they are kept as expressions, loop variables bound.
+  for (const char* key : {"q_start", "k_start"}) {
+    const dsl::NamedArg* a = named(op, key);
+    if (a == nullptr) continue;
+    if (a->value.kind != Operand::Kind::kExpr &&
+        !(a->value.kind == Operand::Kind::kName && a->value.index.empty())) {
+      error(DiagKind::kBadArgument, a->value.span,
+            fmt::format("`{}` is an integer expression (a position in the sequence)", key))
+          .set_hint(fmt::format("e.g. `{} = rank * S`", key));
+      return false;
+    }
+    Expr e = a->value.expr;
+    if (a->value.kind == Operand::Kind::kName) {
+      e = Expr{};
+      e.kind = Expr::Kind::kName;
+      e.name = a->value.name;
+      e.span = a->value.span;
+    }
+    if (e.kind == Expr::Kind::kFloat) {
+      error(DiagKind::kBadArgument, a->value.span,
+            fmt::format("`{}` is an integer (a position in the sequence), not a decimal", key));
+      return false;
+    }
+    if (!eval_for_all_ranks(e, env, "sequence position")) return false;
+    bind_loop_vars(&e, env);
+    inst->per_rank[key] = e;
   }
   // The softmax scale: given, or 1 / sqrt(head_dim).
   inst->floats["scale"] = 1.0 / std::sqrt(static_cast<double>(q.shape.back()));

@@ -377,6 +377,9 @@ class Machine {
         const bool causal = at.causal, acc_on = at.accumulate, first = at.first, last = at.last;
         double scale = 0;
         std::memcpy(&scale, &at.scale_bits, sizeof(scale));
+        // A tile that sees no key and neither opens nor closes its merge returns at once, as on
+        // the device.
+        if (acc_on && !first && !last && causal && at.q1 + at.causal_offset <= 0) return;
         for (int64_t qi = at.q0; qi < at.q1; ++qi) {
           double m = -std::numeric_limits<double>::infinity(), sum = 0;
           std::vector<double> acc(Dv, 0);
@@ -386,7 +389,7 @@ class Machine {
             for (int64_t d = 0; d < Dv; ++d) acc[d] = buf(t.views[4])[flat(t.views[4], l, qi, d)];
           }
           for (int64_t j = 0; j < Sk; ++j) {
-            if (causal && j > qi) continue;
+            if (causal && j > qi + at.causal_offset) continue;
             double s = 0;
             const int64_t qo = flat(q, l, qi, 0), ko = flat(k, l, j, 0);
             const std::vector<double>& qv = buf(q);
@@ -406,7 +409,8 @@ class Machine {
             for (int64_t d = 0; d < Dv; ++d) buf(t.views[4])[flat(t.views[4], l, qi, d)] = acc[d];
           }
           if (last) {
-            for (int64_t d = 0; d < Dv; ++d) buf(o)[flat(o, l, qi, d)] = acc[d] / sum;
+            // A query that saw no key (causal, every key after it) gets zeros.
+            for (int64_t d = 0; d < Dv; ++d) buf(o)[flat(o, l, qi, d)] = sum > 0 ? acc[d] / sum : 0;
           }
         }
         return;

@@ -319,27 +319,60 @@ void Lowerer::lower_attention(int i) {
   // 128 queries by default (the tensor-core tile's); the SIMT tile holds the row statistics of at
   // most 256.
   const int64_t bq = std::min<int64_t>(op.tile.empty() ? 128 : op.tile[0], 256);
-  // A declaration with one instance (a loop of one step: ring attention at R = 1) has nothing to
+  // A merge group of one instance (a loop of one step: ring attention at R = 1) has nothing to
   // merge: no state.
   const bool acc = op.ints.count("accumulate") && op.ints.at("accumulate") &&
-                   !(op.first_of_decl && op.last_of_decl);
+                   !(op.first_of_group && op.last_of_group);
   const double scale = op.floats.at("scale");  // the checker sets the default
   int64_t scale_bits = 0;
   std::memcpy(&scale_bits, &scale, sizeof(scale));
-  // Instances of one declaration share the state: the first sets it up, the last writes O.
-  const bool first = !acc || op.first_of_decl, last = !acc || op.last_of_decl;
+  // The instances that merge into one slice of O share the state: the first sets it up, the last
+  // writes O. The buffers are named after the group's first instance and the slice.
+  const bool first = !acc || op.first_of_group, last = !acc || op.last_of_group;
   int state = -1;
   if (acc) {
-    auto it = attention_state_.find(op.decl);
+    const TensorUse& o = op.outputs[0];
+    const std::pair<int, std::vector<int64_t>> slice{o.tensor, o.index};
+    auto it = attention_state_.find(slice);
     if (it == attention_state_.end()) {
-      const int a = add_buffer(op.name + ".acc", compiler::DType::kF32, {L, Sq, Dv}, false);
-      add_buffer(op.name + ".max", compiler::DType::kF32, {L, Sq, 1}, false);
-      add_buffer(op.name + ".sum", compiler::DType::kF32, {L, Sq, 1}, false);
-      it = attention_state_.emplace(op.decl, a).first;
+      std::string name = op.name;
+      for (size_t d = 0; d < o.index.size(); ++d)
+        name += fmt::format("{}{}", d == 0 ? "[" : ", ", o.index[d]);
+      if (!o.index.empty()) name += "]";
+      const int a = add_buffer(name + ".acc", compiler::DType::kF32, {L, Sq, Dv}, false);
+      add_buffer(name + ".max", compiler::DType::kF32, {L, Sq, 1}, false);
+      add_buffer(name + ".sum", compiler::DType::kF32, {L, Sq, 1}, false);
+      it = attention_state_.emplace(slice, a).first;
     }
     state = it->second;
   }
   const int64_t causal = op.ints.count("causal") ? op.ints.at("causal") : 0;
+  // The merge group's instances in program order, when they cut O into the same query tiles:
+  // per tile, the first instance that sees a key of it sets the state up and the last writes O,
+  // so the instances of fully masked blocks around them (causal ring attention) return at once
+  // instead of setting up or finishing the state without any key.
+  std::vector<int> group;
+  if (acc) {
+    for (int j = 0; j < static_cast<int>(s_.ops.size()); ++j) {
+      const OpInstance& m = s_.ops[j];
+      if (m.kind == OpKind::kAttention && m.ints.count("accumulate") && m.ints.at("accumulate") &&
+          m.outputs[0].tensor == op.outputs[0].tensor && m.outputs[0].index == op.outputs[0].index)
+        group.push_back(j);
+    }
+    for (int j : group) {
+      const OpInstance& m = s_.ops[j];
+      if (std::min<int64_t>(m.tile.empty() ? 128 : m.tile[0], 256) != bq) group.clear();
+      if (group.empty()) break;
+    }
+  }
+  const auto position = std::find(group.begin(), group.end(), i) - group.begin();
+  // Whether instance j of the group sees any key of the query tile ending at q1 on rank r.
+  const auto sees = [&](int j, int64_t r, int64_t q1) {
+    const OpInstance& m = s_.ops[j];
+    if (!(m.ints.count("causal") && m.ints.at("causal"))) return true;
+    const size_t mn = m.inputs[1].shape.size();
+    return q1 + compiler::causal_offset(m, r, s_, Sq, m.inputs[1].shape[mn - 2]) > 0;
+  };
   // The device's [L, S, D] view of a [..., S, D] one.
   const auto flat = [&](View v) {
     const size_t m = v.shape.size();
@@ -367,6 +400,7 @@ void Lowerer::lower_attention(int i) {
     const View qv = view(q, r), kv = view(op.inputs[1], r), vv = view(op.inputs[2], r),
                ov = view(op.outputs[0], r);
     const int64_t tiles = (Sq + bq - 1) / bq;
+    const int64_t offset = causal ? compiler::causal_offset(op, r, s_, Sq, kv.shape[n - 2]) : 0;
     for (int64_t l = 0; l < L; ++l) {
       const std::vector<int64_t> at = unravel(l);
       for (int64_t qi = 0; qi < tiles; ++qi) {
@@ -376,20 +410,38 @@ void Lowerer::lower_attention(int i) {
         Task t = task(i, r, TaskKind::kAttentionTile,
                       fmt::format("{}.tile({}, {})", name_of(op), l, q0 / bq));
         t.views = {flat(qv), flat(kv), flat(vv), flat(ov)};
-        set_args(t,
-                 abi::AttentionTileArgs{l, q0, q1, causal, acc ? 1 : 0, first ? 1 : 0, last ? 1 : 0,
-                                        scale_bits, abi::kNoMap, abi::kNoMap, abi::kNoMap});
+        // This tile's first and last instances among those that see a key of it (the group's
+        // own first and last when none does); `before`: an instance ahead of the tile's first.
+        bool tile_first = first, tile_last = last, before = false;
+        if (!group.empty()) {
+          int64_t f = -1, e = -1;
+          for (size_t g = 0; g < group.size(); ++g) {
+            if (!sees(group[g], r, q1)) continue;
+            if (f < 0) f = static_cast<int64_t>(g);
+            e = static_cast<int64_t>(g);
+          }
+          if (f >= 0) {
+            tile_first = position == f;
+            tile_last = position == e;
+            before = position < f;
+          }
+        }
+        set_args(t, abi::AttentionTileArgs{l, q0, q1, causal, offset, acc ? 1 : 0,
+                                           tile_first ? 1 : 0, tile_last ? 1 : 0, scale_bits,
+                                           abi::kNoMap, abi::kNoMap, abi::kNoMap});
         t.reads = {rows(qv, at, q0, q1), rows(kv, at, 0, kv.shape[n - 2]),
                    rows(vv, at, 0, vv.shape[n - 2])};
         if (acc) {
           for (int k = 0; k < 3; ++k) t.views.push_back(whole(state + k, r));
           for (int k = 0; k < 3; ++k) {
             const Box b = box(whole(state + k, r), {l, q0}, {l + 1, q1});
-            if (!first) t.reads.push_back(b);
+            if (!tile_first && !before) t.reads.push_back(b);
             t.writes.push_back(b);
           }
         }
-        if (last) t.writes.push_back(rows(ov, at, q0, q1));
+        // The group's last instance is said to write O too, whichever instance does: what waits
+        // for it (`after att[R - 1].tile`) waits for the tile's real last through the chain.
+        if (tile_last || last) t.writes.push_back(rows(ov, at, q0, q1));
         emit(std::move(t));
       }
     }

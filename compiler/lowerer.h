@@ -98,11 +98,12 @@ class Lowerer {
   const compiler::CheckedSchedule& s_;
   const LowerOptions& opts_;
   Plan plan_;
-  std::map<const dsl::OpDecl*, int> attention_state_;  // declaration -> its acc buffer
-  std::map<int, std::pair<int, int>> a2a_buffers_;     // alltoall op -> {xcounts, origin}
-  int current_op_ = -1;                                // the operation being lowered
-  std::vector<int64_t> rank_tasks_;                    // tasks per rank so far
-  int64_t entries_ = 0;                                // views and boxes of all tasks so far
+  // An accumulating attention's output slice (tensor, index) -> its acc buffer (max, sum follow).
+  std::map<std::pair<int, std::vector<int64_t>>, int> attention_state_;
+  std::map<int, std::pair<int, int>> a2a_buffers_;  // alltoall op -> {xcounts, origin}
+  int current_op_ = -1;                             // the operation being lowered
+  std::vector<int64_t> rank_tasks_;                 // tasks per rank so far
+  int64_t entries_ = 0;                             // views and boxes of all tasks so far
 };
 
 // abi::ReduceOp of a reduction's name.

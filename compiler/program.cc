@@ -1,6 +1,7 @@
 #include "compiler/program.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "compiler/expr_eval.h"
 #include "support/check.h"
@@ -138,6 +139,19 @@ int64_t evaluate(const dsl::Expr& e, int64_t rank, const CheckedSchedule& s) {
   const std::optional<int64_t> v = compiler::evaluate(e, scope);
   MKC_CHECK(v.has_value(), "an expression survived checking but has no value");
   return *v;
+}
+
+int64_t causal_offset(const OpInstance& op, int64_t rank, const CheckedSchedule& s, int64_t Sq,
+                      int64_t Sk) {
+  const auto at = [&](const char* key) -> int64_t {
+    auto it = op.per_rank.find(key);
+    return it == op.per_rank.end() ? 0 : evaluate(it->second, rank, s);
+  };
+  const int64_t q = at("q_start"), k = at("k_start");
+  // q - k without overflow: a difference past either end is clamped anyway.
+  if (k < 0 && q > std::numeric_limits<int64_t>::max() + k) return Sk;
+  if (k > 0 && q < std::numeric_limits<int64_t>::min() + k) return -Sq;
+  return std::clamp<int64_t>(q - k, -Sq, Sk);
 }
 
 }  // namespace mkc::compiler

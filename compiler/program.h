@@ -104,9 +104,12 @@ constexpr int64_t kMaxTasksPerRank = int64_t{1} << 17;
 struct OpInstance {
   OpKind kind = OpKind::kGemm;
   std::string name;
-  int iteration = -1;         // the loop variable's value, -1 outside loops
-  bool first_of_decl = true;  // no earlier instance of the same declaration (loop unrolling)
-  bool last_of_decl = true;   // no later instance of the same declaration
+  int iteration = -1;  // the loop variable's value, -1 outside loops
+  // No earlier (later) instance of its merge group: the attentions with accumulate = 1 that write
+  // the same slice of the same output, whatever their declarations, in program order; for any
+  // other operation its declaration (loop unrolling).
+  bool first_of_group = true;
+  bool last_of_group = true;
   std::vector<TensorUse> inputs;
   std::vector<TensorUse> outputs;
   std::string reduce_op;                   // sum / max / min for reductions and collectives
@@ -120,6 +123,9 @@ struct OpInstance {
   std::string algo;                        // collectives: "auto", "one_shot", "two_shot", "ring"
   bool has_rows_from = false;
   dsl::Expr rows_from;  // gemm: the row block to start with (may use `rank`)
+  // Named integer arguments that may differ between ranks (attention's q_start and k_start), loop
+  // variables bound: compiler::evaluate(e, rank, schedule) gives a rank's value.
+  std::map<std::string, dsl::Expr> per_rank;
   std::vector<Dependency> deps;
   const dsl::OpDecl* decl = nullptr;
 };
@@ -157,5 +163,11 @@ struct CheckedSchedule {
 // so the values are the ones the checker saw. Peer indices are taken modulo the world size by the
 // caller.
 int64_t evaluate(const dsl::Expr& e, int64_t rank, const CheckedSchedule& s);
+
+// A causal attention's offset on one rank: key j of its K is visible to query i of its Q when
+// j <= i + offset, offset = q_start - k_start (each 0 unless given). Clamped to [-Sq, Sk], which
+// keeps the mask (past Sk - 1 every key is visible, below -Sq none) and fits a device int.
+int64_t causal_offset(const OpInstance& op, int64_t rank, const CheckedSchedule& s, int64_t Sq,
+                      int64_t Sk);
 
 }  // namespace mkc::compiler

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "support/error.h"
 #include "support/parallel.h"
@@ -228,7 +229,7 @@ class Evaluator {
   void attention(int i) {
     const OpInstance& op = s_.ops[i];
     const bool acc = op.ints.count("accumulate") && op.ints.at("accumulate");
-    const bool last = op.last_of_decl;
+    const bool first = op.first_of_group, last = op.last_of_group;
     const size_t nd = op.inputs[0].shape.size();
     const int64_t D = op.inputs[0].shape[nd - 1];
     const double scale = op.floats.at("scale");  // the checker sets the default
@@ -238,16 +239,22 @@ class Evaluator {
           o = ref(op.outputs[0], r);
       const int64_t L = product(std::vector<int64_t>(q.shape.begin(), q.shape.end() - 2));
       const int64_t Sq = q.shape[nd - 2], Sk = k.shape[nd - 2], Dv = v.shape[nd - 1];
-      // Keys and values seen so far by this declaration: [l][j] rows.
-      auto& seen = seen_[{op.decl, r}];
-      if (!acc) seen.clear();
+      // Keys and values seen so far by this merge group (the accumulating attentions into this
+      // slice of O), [l][j], each with the first query of its instance that sees it (causal: key
+      // j of an instance is visible to query i when j <= i + offset).
+      auto& seen = seen_[{op.outputs[0].tensor, op.outputs[0].index, r}];
+      if (!acc || first) seen.clear();
       if (seen.empty()) seen.resize(L);
+      const int64_t offset = causal ? compiler::causal_offset(op, r, s_, Sq, Sk) : 0;
       for (int64_t l = 0; l < L; ++l) {
         for (int64_t j = 0; j < Sk; ++j) {
-          std::vector<double> kr(D), vr(Dv);
-          for (int64_t d = 0; d < D; ++d) kr[d] = k[(l * Sk + j) * D + d];
-          for (int64_t d = 0; d < Dv; ++d) vr[d] = v[(l * Sk + j) * Dv + d];
-          seen[l].push_back({kr, vr});
+          SeenKey key;
+          key.k.resize(D);
+          key.v.resize(Dv);
+          for (int64_t d = 0; d < D; ++d) key.k[d] = k[(l * Sk + j) * D + d];
+          for (int64_t d = 0; d < Dv; ++d) key.v[d] = v[(l * Sk + j) * Dv + d];
+          key.first_query = causal ? j - offset : std::numeric_limits<int64_t>::min();
+          seen[l].push_back(std::move(key));
         }
       }
       if (acc && !last) continue;
@@ -256,12 +263,12 @@ class Evaluator {
           std::vector<double> s;
           double mx = -std::numeric_limits<double>::infinity();
           for (size_t j = 0; j < seen[l].size(); ++j) {
-            if (causal && static_cast<int64_t>(j % Sk) > qi) {
+            if (qi < seen[l][j].first_query) {
               s.push_back(-std::numeric_limits<double>::infinity());
               continue;
             }
             double dot = 0;
-            for (int64_t d = 0; d < D; ++d) dot += q[(l * Sq + qi) * D + d] * seen[l][j].first[d];
+            for (int64_t d = 0; d < D; ++d) dot += q[(l * Sq + qi) * D + d] * seen[l][j].k[d];
             s.push_back(dot * scale);
             mx = std::max(mx, s.back());
           }
@@ -270,9 +277,10 @@ class Evaluator {
           for (size_t j = 0; j < s.size(); ++j) {
             const double p = std::isinf(s[j]) ? 0 : std::exp(s[j] - mx);
             sum += p;
-            for (int64_t d = 0; d < Dv; ++d) out[d] += p * seen[l][j].second[d];
+            for (int64_t d = 0; d < Dv; ++d) out[d] += p * seen[l][j].v[d];
           }
-          for (int64_t d = 0; d < Dv; ++d) o[(l * Sq + qi) * Dv + d] = out[d] / sum;
+          // A query that sees no key gets zeros.
+          for (int64_t d = 0; d < Dv; ++d) o[(l * Sq + qi) * Dv + d] = sum > 0 ? out[d] / sum : 0;
         }
       }
       seen.clear();
@@ -340,9 +348,14 @@ class Evaluator {
   }
 
   std::vector<BatchFn> fns_;
-  std::map<std::pair<const dsl::OpDecl*, int64_t>,
-           std::vector<std::vector<std::pair<std::vector<double>, std::vector<double>>>>>
-      seen_;
+  // A key (and its value) an accumulating attention has seen, and the first query of its
+  // instance that sees it (causal mask).
+  struct SeenKey {
+    std::vector<double> k, v;
+    int64_t first_query;
+  };
+  // By output slice (tensor, index) and rank.
+  std::map<std::tuple<int, std::vector<int64_t>, int64_t>, std::vector<std::vector<SeenKey>>> seen_;
   std::map<int, std::map<std::tuple<int64_t, int64_t, int64_t>, std::pair<int64_t, int64_t>>>
       placed_;
 };

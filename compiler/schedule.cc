@@ -66,11 +66,19 @@ int64_t task_cost(const Plan& p, const Task& t) {
   return bytes;
 }
 
-// An attention tile's work: its queries times the keys they see (causal: up to the last one).
+// An attention tile's work, in query x key pairs: its queries times the keys they see (causal: up
+// to the last query's last visible key), plus a fixed part for loading Q and writing O or the
+// softmax state (about 640 keys' worth on an H200: a tile that sees no key but writes O takes
+// 9 us, one against 8K keys 105 us). A tile that sees no key and neither opens nor closes its
+// accumulation returns at once (templates/mkc/attention_sm90.cuh): a small part only. Without
+// the fixed part such tiles, cheap on paper, all went to the least loaded CTA, and one CTA ran
+// 455 of them in a row (causal ring attention, 2.6x the attention alone).
 int64_t attention_cost(const Task& t) {
   const auto a = args_as<abi::AttentionTileArgs>(t);
   const int64_t sk = t.views.at(1).shape.at(1);
-  return (a.q1 - a.q0) * (a.causal ? std::min<int64_t>(sk, a.q1) : sk);
+  const int64_t keys = a.causal ? std::clamp<int64_t>(a.q1 + a.causal_offset, 0, sk) : sk;
+  const bool returns_at_once = keys == 0 && a.accumulate && !a.first && !a.last;
+  return (a.q1 - a.q0) * (returns_at_once ? 64 : keys + 640);
 }
 
 }  // namespace

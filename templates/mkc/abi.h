@@ -210,11 +210,13 @@ struct ReduceTileArgs {
 // attention_tile: views {Q, K, V, O[, acc, max, sum]}, Q, K, V, O as [L, S, D] (leading dims
 // flattened to L). Queries [q0, q1) of slice l against every key; with accumulate, the online
 // softmax state (f32 compiler scratch) carries over the instances of one declaration: `first`
-// sets it up, `last` writes O.
+// sets it up, `last` writes O. Causal: key j is visible to query i when j <= i + causal_offset
+// (q_start - k_start of the schedule: where the slices sit in the whole sequence, per rank).
 struct AttentionTileArgs {
   i64 l;
   i64 q0, q1;
   i64 causal;
+  i64 causal_offset;
   i64 accumulate;
   i64 first;
   i64 last;
@@ -302,7 +304,7 @@ static_assert(sizeof(GroupedGemmTileArgs) == 7 * 8, "grouped_gemm_tile has 7 arg
 static_assert(sizeof(MapTileArgs) == 3 * 8, "map_tile has 3 arguments");
 static_assert(sizeof(CopyArgs) == 2 * 8, "copy has 2 arguments");
 static_assert(sizeof(ReduceTileArgs) == 4 * 8, "reduce_tile has 4 arguments");
-static_assert(sizeof(AttentionTileArgs) == 11 * 8, "attention_tile has 11 arguments");
+static_assert(sizeof(AttentionTileArgs) == 12 * 8, "attention_tile has 12 arguments");
 static_assert(sizeof(SignalArgs) == 8, "signal has 1 argument");
 static_assert(sizeof(A2aCountsArgs) == 2 * 8, "a2a_counts has 2 arguments");
 static_assert(sizeof(A2aSendArgs) == 4 * 8, "a2a_send has 4 arguments");

@@ -26,6 +26,8 @@ __device__ void attention_tile(const KernelArgs& a, const View* v, const long lo
   float* st_max = acc_on ? view_ptr<float>(a, v[5], nb) : nullptr;
   float* st_sum = acc_on ? view_ptr<float>(a, v[6], nb) : nullptr;
   const long long pairs = (q1 - q0) * Dv;
+  // A tile that sees no key and neither opens nor closes its merge leaves the state as it is.
+  if (acc_on && !first && !last && causal && q1 + at.causal_offset <= 0) return;
   // New row statistics, published after every thread has read the old ones (at most 256 rows a
   // tile: the lowering caps the query tile).
   __shared__ float row_max[256];
@@ -39,8 +41,9 @@ __device__ void attention_tile(const KernelArgs& a, const View* v, const long lo
       s = st_sum[row];
       acc = st_acc[row * Dv + d];
     }
-    for (long long j = 0; j < Sk; ++j) {
-      if (causal && j > qi) continue;
+    // Causal: the keys up to qi + causal_offset (where Q and K sit in the whole sequence).
+    const long long keys = causal ? min(Sk, qi + at.causal_offset + 1) : Sk;
+    for (long long j = 0; j < keys; ++j) {
       float dot = 0.0f;
       for (long long e = 0; e < D; ++e)
         dot += to_f32(Q[row * D + e]) * to_f32(Kp[(l * Sk + j) * D + e]);
@@ -53,7 +56,8 @@ __device__ void attention_tile(const KernelArgs& a, const View* v, const long lo
       m = m_new;
     }
     if (acc_on) st_acc[row * Dv + d] = acc;
-    if (last) O[row * Dv + d] = from_f32<TO>(acc / s);
+    // A query that saw no key gets zeros.
+    if (last) O[row * Dv + d] = from_f32<TO>(s > 0.0f ? acc / s : 0.0f);
     if (d == 0) {
       row_max[qi - q0] = m;
       row_sum[qi - q0] = s;

@@ -16,8 +16,10 @@
 //     P V, so the softmax of j runs under that P V, and the two warpgroups take turns at the
 //     tensor cores (ping-pong, named barriers), so one's softmax runs under the other's MMAs.
 //     The stage is released once both consumers' P V has completed.
-// Causal masking is top-left aligned (key j is visible to query i when j <= i, in the slice's
-// coordinates); key blocks past the tile's last query are skipped, by both sides. The tensor maps
+// Causal masking: key j is visible to query i when j <= i + causal_offset (0: top-left aligned in
+// the slice's coordinates; ring attention's blocks sit elsewhere in the whole sequence); key
+// blocks past the tile's last visible key are skipped, by both sides, and a tile that sees no key
+// of an instance that neither starts nor ends the accumulation returns at once. The tensor maps
 // are 3-D ([L][S][D]), so a box never reads into the next slice and ragged S is zero-filled; keys
 // past S are masked, queries past S are computed on zeros and not stored.
 // With `accumulate` (a loop's instances merged, ring attention), the running max (natural log),
@@ -227,6 +229,8 @@ struct AttnTurns {
 
 // Mask where a key is past the slice or (causal) after the query; positions in the slice as int
 // (2^31 keys of one slice would be 256 GiB at head dim 64: not checked anywhere).
+// `row0` and `qrow` are the last keys visible to the warpgroup's first row and to this thread's
+// rows (the rows plus the causal offset).
 template <int kN>
 __device__ __forceinline__ void attn_mask(float* sc, int key0, int Sk, bool causal, int row0,
                                           const int* qrow, int lane) {
@@ -350,6 +354,10 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
   const int row0 = static_cast<int>(at.q0) + 64 * w;
   // This thread's two rows (h = 0, 1) and the columns of its pairs: 8g + 2(lane % 4) + {0, 1}.
   const int qrow[2] = {row0 + warp * 16 + lane / 4, row0 + warp * 16 + lane / 4 + 8};
+  // The last key each sees (causal; the lowering clamps the offset to [-Sq, Sk]).
+  const int off = static_cast<int>(at.causal_offset);
+  const int krow0 = row0 + off;
+  const int krow[2] = {qrow[0] + off, qrow[1] + off};
   const float scale2 = static_cast<float>(__longlong_as_double(at.scale_bits) * 1.4426950408889634);
   float o[D / 2];
 #pragma unroll
@@ -404,7 +412,7 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
       wgmma_wait<0>();
       pin_regs<kN / 2>(sc);
       if (t == 0) mbar_arrive(empty_k);
-      attn_mask<kN>(sc, 0, static_cast<int>(Sk), at.causal, row0, qrow, lane);
+      attn_mask<kN>(sc, 0, static_cast<int>(Sk), at.causal, krow0, krow, lane);
       attn_softmax<kN>(sc, m, l, scale2, alpha);
       attn_pack_p<T, kN>(sc, p);
       pin_regs<kN / 4>(p);
@@ -432,7 +440,7 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
     wgmma_wait<1>();
     pin_regs<kN / 2>(sc);
     if (t == 0) mbar_arrive(empty_k + s);
-    attn_mask<kN>(sc, j * kN, static_cast<int>(Sk), at.causal, row0, qrow, lane);
+    attn_mask<kN>(sc, j * kN, static_cast<int>(Sk), at.causal, krow0, krow, lane);
     attn_softmax<kN>(sc, m, l, scale2, alpha);
     wgmma_wait<0>();
     pin_regs<D / 2>(o);
@@ -482,7 +490,8 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
   if (at.last) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float inv = 1.0f / l[h];
+      // A row that saw no key gets zeros.
+      const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
 #pragma unroll
       for (int g = 0; g < D / 8; ++g) {
         o[4 * g + 2 * h] *= inv;
@@ -518,10 +527,14 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
       (reinterpret_cast<unsigned long long>(smem) + 1024 + 1023) & ~1023ull);
   unsigned char* ring = q_smem + S::kQBytes;
   const long long Sk = v[1].shape[1];
-  // Key blocks: all of them, or (causal) those with a key at or before the tile's last query.
+  // Key blocks: all of them, or (causal) those with a key visible to the tile's last query.
   long long keys = Sk;
-  if (at.causal && at.q1 < keys) keys = at.q1;
+  if (at.causal && at.q1 + at.causal_offset < keys) keys = at.q1 + at.causal_offset;
+  if (keys < 0) keys = 0;
   const int nblocks = static_cast<int>((keys + S::kBN - 1) / S::kBN);
+  // Nothing to merge and nothing to set up or write (a block of a later rank in causal ring
+  // attention): the state stays as the instances before left it.
+  if (nblocks == 0 && at.accumulate && !at.first && !at.last) return;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     // The GEMM's ring (if any) is overwritten: it starts afresh next time.

@@ -120,6 +120,67 @@ TEST_CASE("ring_attention: the loop unrolls with per-iteration dependencies") {
   CHECK(depends_on(s, *att2, "init", -1, Granule::kAll));
 }
 
+TEST_CASE("ring_attention_causal: positions per rank and step; O[0] and O[1] merge apart") {
+  CheckOptions opts;
+  opts.ranks = {3};
+  opts.defines = {{"S", 600}};
+  const Checked c = check_file("samples/ring_attention_causal.mks", opts);
+  REQUIRE_MESSAGE(c.errors.empty(), c.errors);
+  const CheckedSchedule& s = c.schedules[0];
+  // 2 x 2 attentions at step 0, 2 x 4 after, the shift of step 0 and of step 1.
+  CHECK(s.ops.size() == 14);
+  const int64_t C = 600 / 6;
+  for (int i = 0; i < 6; ++i) {
+    const OpInstance* lo = find(s, i < 2 ? "lo0" : "lo", i);
+    const OpInstance* hi = find(s, i < 2 ? "hi0" : "hi", i);
+    REQUIRE(lo != nullptr);
+    REQUIRE(hi != nullptr);
+    CHECK(find(s, i < 2 ? "lo" : "lo0", i) == nullptr);
+    // `hi` does not wait for `lo`: they merge into different slices of O. Each merges after
+    // the one before it into the same slice, of whichever operation.
+    CHECK_FALSE(depends_on(s, *hi, i < 2 ? "lo0" : "lo", i, Granule::kTile));
+    if (i > 0) CHECK(depends_on(s, *lo, i <= 2 ? "lo0" : "lo", i - 1, Granule::kTile));
+    // One merge group per slice: opened by lo0 at i = 0, closed by lo at i = 5.
+    CHECK(lo->first_of_group == (i == 0));
+    CHECK(lo->last_of_group == (i == 5));
+    for (int64_t r = 0; r < 3; ++r) {
+      // Rank r holds chunks r and 5 - r; at step i / 2 the block of rank (r - i / 2) mod 3.
+      const int64_t src = ((r - i / 2) % 3 + 3) % 3;
+      const int64_t k = i % 2 == 0 ? src : 5 - src;
+      CHECK(evaluate(lo->per_rank.at("q_start"), r, s) == r * C);
+      CHECK(evaluate(hi->per_rank.at("q_start"), r, s) == (5 - r) * C);
+      CHECK(evaluate(lo->per_rank.at("k_start"), r, s) == k * C);
+      CHECK(evaluate(hi->per_rank.at("k_start"), r, s) == k * C);
+    }
+  }
+}
+
+TEST_CASE("attention's q_start and k_start: integers that may use rank, nothing else") {
+  const std::string head = R"(schedule s {
+    ranks R
+    input  Q : bf16[64, 16]
+    input  K : bf16[64, 16]
+    input  V : bf16[64, 16]
+    output O : bf16[64, 16]
+    compute a = attention(Q, K, V -> O, causal = 1, )";
+  CHECK(check_text(head + "q_start = rank * 64, k_start = 3) }").errors.empty());
+  CHECK(check_text(head + "q_start = 0.5) }")
+            .errors.find("`q_start` is an integer (a position in the sequence), not a decimal "
+                         "[bad-argument]") != std::string::npos);
+  CHECK(check_text(head + "k_start = Q) }").errors.find("`Q` is a tensor, not a number") !=
+        std::string::npos);
+  CHECK(check_text(head + "k_start = 1 / (rank - 1)) }").errors.find("[division-by-zero]") !=
+        std::string::npos);
+  CHECK(check_text(head + "q_start = peer(1).Y) }")
+            .errors.find(
+                "`q_start` is an integer expression (a position in the sequence) [bad-argument]") !=
+        std::string::npos);
+  // `rank` elsewhere is still refused, and the hint names where it may go.
+  const Checked c = check_text(head + "scale = rank) }");
+  CHECK(c.errors.find("[rank-dependent]") != std::string::npos);
+  CHECK(c.errors.find("attention's q_start and k_start") != std::string::npos);
+}
+
 TEST_CASE("moe_ffn_combine: combine knows its dispatch; data-dependent counts are read") {
   CheckOptions opts;
   opts.ranks = {2};

@@ -35,6 +35,7 @@ const std::map<std::string, std::map<std::string, int64_t>> kSmall = {
     {"moe_dispatch_gemm", {{"T", 6}, {"H", 16}, {"F", 16}, {"E", 8}, {"TOPK", 2}}},
     {"moe_ffn_combine", {{"T", 6}, {"H", 16}, {"F", 16}, {"E", 8}, {"TOPK", 2}}},
     {"ring_attention", {{"B", 1}, {"H", 1}, {"S", 1024}, {"D", 4}}},
+    {"ring_attention_causal", {{"B", 2}, {"H", 1}, {"S", 1024}, {"D", 4}}},
 };
 
 using testing::compare;
@@ -93,6 +94,7 @@ SAMPLE_CASE("gemm_reducescatter")
 SAMPLE_CASE("moe_dispatch_gemm")
 SAMPLE_CASE("moe_ffn_combine")
 SAMPLE_CASE("ring_attention")
+SAMPLE_CASE("ring_attention_causal")
 
 // Split-K (compiler/lower_compute.cc): a skinny GEMM whose tiles leave most compute CTAs idle is
 // cut into K parts summed by reduce tasks; the sum matches the reference, alone and fused with an

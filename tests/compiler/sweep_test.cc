@@ -283,5 +283,17 @@ schedule rows {
   }
 }
 
+// The zigzag layout: S = 2 R C; chunks shorter than a tile, a partial last tile and a partial
+// last K,V chunk, batch 2 and 3.
+TEST_CASE("sweep: ring_attention_causal") {
+  sweep("ring_attention_causal",
+        {[](int64_t R) {
+           return Defines{{"B", 2}, {"H", 1}, {"S", 2 * 40 * R}, {"D", 3}};
+         },
+         [](int64_t R) {
+           return Defines{{"B", 3}, {"H", 2}, {"S", 2 * 133 * R}, {"D", 4}};
+         }});
+}
+
 }  // namespace
 }  // namespace mkc::plan

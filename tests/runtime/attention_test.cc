@@ -2,8 +2,10 @@
 // poisoned first: the tensor-core tile (templates/mkc/attention_sm90.cuh) for head dims 64 and
 // 128, bf16 and f16, causal and not, batch >= 2, odd heads, query and key lengths that are not
 // multiples of the tile (and differ from each other), one launch after another with new inputs;
-// the SIMT tile where the tensor-core one does not apply; and ring attention's accumulating tiles
-// at 2, 3, 4 and 8 ranks sharing the GPU at batch 2. Skipped without a GPU.
+// the SIMT tile where the tensor-core one does not apply; ring attention's accumulating tiles
+// at 2, 3, 4 and 8 ranks sharing the GPU at batch 2; and causal attention placed in the whole
+// sequence (q_start, k_start): odd offsets, and causal ring attention in the zigzag and plain
+// layouts. Skipped without a GPU.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -123,6 +125,93 @@ GPU_TEST_CASE("ring attention at batch 2: 2, 3, 4 and 8 ranks sharing the GPU") 
         const std::string paths = run(b, 2, label);
         MESSAGE(label << ": " << paths);
       }
+    }
+  }
+}
+
+// Causal attention placed by q_start and k_start (the mask key j <= i + q_start - k_start): the
+// tensor-core tile at offsets that cut its 128-key blocks and 64-row halves anywhere, rows that
+// see no key (zeros), a slice that sees every key, and one that sees none.
+const char* kOffset = R"(
+schedule offset {
+  param B = 2, H = 2, SQ = 300, SK = 400, D = 128, QS = 1, KS = 1
+  input  Q : bf16[B, H, SQ, D]
+  input  K : bf16[B, H, SK, D]
+  input  V : bf16[B, H, SK, D]
+  output O : bf16[B, H, SQ, D]
+  compute att = attention(Q, K, V -> O, causal = 1, q_start = QS, k_start = KS) tile(128, 128)
+}
+)";
+
+GPU_TEST_CASE("attention: causal with q_start and k_start on the tensor-core tile") {
+  struct Case {
+    int64_t d, qs, ks;
+  };
+  for (const Case& k : {Case{128, 1, 38}, Case{64, 1, 38}, Case{128, 40, 1}, Case{64, 1, 250},
+                        Case{128, 500, 1}, Case{128, 1, 400}, Case{64, 200, 63}}) {
+    const std::string label = fmt::format("D={} q_start={} k_start={}", k.d, k.qs, k.ks);
+    SUBCASE(label.c_str()) {
+      Built b = build("offset", kOffset, 1, {{"D", k.d}, {"QS", k.qs}, {"KS", k.ks}});
+      const std::string paths = run(b, 2, label);
+      CHECK_MESSAGE(paths.find("wgmma") != std::string::npos, paths);
+      CHECK(b.jit.spill_bytes == 0);
+    }
+  }
+  SUBCASE("the SIMT tile, D=40 q_start=1 k_start=38") {
+    Built b = build("offset", kOffset, 1, {{"D", 40}, {"QS", 1}, {"KS", 38}});
+    const std::string paths = run(b, 1, "SIMT D=40 q_start=1 k_start=38");
+    CHECK_MESSAGE(paths.find("SIMT") != std::string::npos, paths);
+  }
+}
+
+// Causal ring attention in the zigzag layout (samples/ring_attention_causal.mks): the fp64
+// reference places each block by its q_start / k_start, which tests/compiler/causal_attention_test
+// shows to be causal attention over the whole sequence. Chunks of 200 (a partial second tile),
+// batch 2, at 1, 2, 3, 4 and 8 ranks sharing the GPU; D 128 and 64.
+GPU_TEST_CASE("causal ring attention, zigzag, at batch 2: 1, 2, 3, 4 and 8 ranks") {
+  const std::string text = dsl::SourceFile::read("samples/ring_attention_causal.mks")->text();
+  for (int64_t R : {1, 2, 3, 4, 8}) {
+    for (int64_t D : {128, 64}) {
+      const int64_t H = R == 8 ? 2 : 3;
+      const std::string label = fmt::format("causal ring R={} B=2 H={} C=200 D={}", R, H, D);
+      SUBCASE(label.c_str()) {
+        Built b = build("ring_attention_causal", text, R,
+                        {{"B", 2}, {"H", H}, {"S", 2 * 200 * R}, {"D", D}});
+        const std::string paths = run(b, 2, label);
+        CHECK_MESSAGE(paths.find("wgmma") != std::string::npos, paths);
+      }
+    }
+  }
+}
+
+// The plain layout (rank r holds chunk r) with the global mask: later ranks' blocks are fully
+// masked, so a rank's last instances see no key and one of them writes O from the state.
+const char* kRingCausalPlain = R"(
+schedule ring_causal {
+  ranks R
+  param B = 2, H = 2, S = 1024, D = 128
+  input   Q   : bf16[B, H, S / R, D]
+  input   KV  : bf16[2, B, H, S / R, D]
+  scratch buf : bf16[2, 2, B, H, S / R, D] symmetric
+  output  O   : bf16[B, H, S / R, D]
+  compute init = copy(KV -> buf[0])
+  loop step in 0 .. R {
+    comm    kv  = shift(buf[step % 2] -> buf[(step + 1) % 2], by = 1) chunk(128, D)
+                  when(step < R - 1) after init, kv[step - 1].chunk
+    compute att = attention(Q, buf[step % 2, 0], buf[step % 2, 1] -> O, causal = 1,
+                            accumulate = 1, q_start = rank * (S / R),
+                            k_start = (rank - step) % R * (S / R))
+                  tile(128, 128) after init, kv[step - 1].chunk, att[step - 1].tile
+  }
+}
+)";
+
+GPU_TEST_CASE("causal ring attention, plain layout: masked blocks of later ranks, 3 and 4 ranks") {
+  for (int64_t R : {3, 4}) {
+    const std::string label = fmt::format("plain causal ring R={} B=2 H=2 S={}", R, 333 * R);
+    SUBCASE(label.c_str()) {
+      Built b = build("ring_causal", kRingCausalPlain, R, {{"S", 333 * R}});
+      run(b, 2, label);
     }
   }
 }

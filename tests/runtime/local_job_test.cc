@@ -118,6 +118,7 @@ const std::map<std::string, std::map<std::string, int64_t>> kSizes = {
     {"moe_dispatch_gemm", {{"T", 32}, {"H", 256}, {"F", 128}, {"E", 16}, {"TOPK", 2}}},
     {"moe_ffn_combine", {{"T", 32}, {"H", 256}, {"F", 128}, {"E", 16}, {"TOPK", 2}}},
     {"ring_attention", {{"B", 1}, {"H", 2}, {"S", 1024}, {"D", 64}}},
+    {"ring_attention_causal", {{"B", 2}, {"H", 2}, {"S", 2048}, {"D", 64}}},
 };
 
 GPU_TEST_CASE("every sample on the local GPUs matches the reference over three launches") {
@@ -281,9 +282,10 @@ GPU_TEST_CASE("ranks sharing GPUs: the collectives and fused samples at 4 and 8 
                                 return a[0] / (1.0 + std::exp(-a[0])) * a[1];
                               }}};
   for (int ranks : {4, 8}) {
-    for (const char* name : {"allreduce", "allgather", "reducescatter", "alltoall",
-                             "gemm_allreduce", "gemm_reducescatter", "allgather_gemm",
-                             "moe_dispatch_gemm", "moe_ffn_combine", "ring_attention"}) {
+    for (const char* name :
+         {"allreduce", "allgather", "reducescatter", "alltoall", "gemm_allreduce",
+          "gemm_reducescatter", "allgather_gemm", "moe_dispatch_gemm", "moe_ffn_combine",
+          "ring_attention", "ring_attention_causal"}) {
       SUBCASE(fmt::format("{} ranks {}", ranks, name).c_str()) {
         auto c = compile(dsl::SourceFile::read(fmt::format("samples/{}.mks", name)), ranks,
                          kSizes.at(name));
@@ -305,9 +307,10 @@ GPU_TEST_CASE("nodes emulated on one host: edges between nodes through the proxi
                                 return a[0] / (1.0 + std::exp(-a[0])) * a[1];
                               }}};
   for (const auto& [ranks, per_node] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{4, 2}}) {
-    for (const char* name : {"allreduce", "allgather", "reducescatter", "alltoall",
-                             "gemm_allreduce", "gemm_reducescatter", "allgather_gemm",
-                             "moe_dispatch_gemm", "moe_ffn_combine", "ring_attention"}) {
+    for (const char* name :
+         {"allreduce", "allgather", "reducescatter", "alltoall", "gemm_allreduce",
+          "gemm_reducescatter", "allgather_gemm", "moe_dispatch_gemm", "moe_ffn_combine",
+          "ring_attention", "ring_attention_causal"}) {
       SUBCASE(fmt::format("{} ranks, {} per node: {}", ranks, per_node, name).c_str()) {
         auto c = compile(dsl::SourceFile::read(fmt::format("samples/{}.mks", name)), ranks,
                          kSizes.at(name), per_node);
