@@ -268,6 +268,44 @@ void Checker::mark_first_and_last() {
   seen.clear();
   for (auto it = out_.ops.rbegin(); it != out_.ops.rend(); ++it)
     it->last_of_group = seen.insert(group(*it)).second;
+  // A merge group's O is written by its last instance only: another operation that reads or
+  // writes that slice between the group's first and last instance would see O unwritten, or
+  // have its data merged away. Refused, naming both.
+  const auto overlaps = [](const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+    const size_t n = std::min(a.size(), b.size());
+    return std::equal(a.begin(), a.begin() + n, b.begin());
+  };
+  const int n = static_cast<int>(out_.ops.size());
+  for (int f = 0; f < n; ++f) {
+    const OpInstance& first = out_.ops[f];
+    const Group g = group(first);
+    if (std::get<0>(g) != nullptr || !first.first_of_group || first.last_of_group) continue;
+    const TensorUse& slice = first.outputs[0];
+    for (int c = f + 1; c < n; ++c) {
+      const OpInstance& op = out_.ops[c];
+      if (group(op) == g) {
+        if (op.last_of_group) break;
+        continue;
+      }
+      bool touches = false;
+      for (const auto* uses : {&op.inputs, &op.outputs}) {
+        for (const TensorUse& u : *uses)
+          touches |= u.tensor == slice.tensor && overlaps(u.index, slice.index);
+      }
+      for (const auto& [key, t] : op.tensor_args) touches |= t == slice.tensor;
+      if (!touches) continue;
+      const std::string tensor = out_.tensors[slice.tensor].name;
+      error(DiagKind::kBadArgument, op.decl->span,
+            fmt::format("`{}` uses `{}` while attentions merge into it (accumulate = 1, from "
+                        "`{}` on): the merged result is written only by the last of them",
+                        op.name, tensor, first.name))
+          .note(first.decl->span, "the merge into it starts here")
+          .set_hint(fmt::format("use `{}` after the last attention that merges into it, or give "
+                                "each merge its own output",
+                                tensor));
+      return;
+    }
+  }
 }
 
 }  // namespace mkc::compiler

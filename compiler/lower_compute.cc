@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "compiler/lowerer.h"
@@ -401,6 +402,22 @@ void Lowerer::lower_attention(int i) {
                ov = view(op.outputs[0], r);
     const int64_t tiles = (Sq + bq - 1) / bq;
     const int64_t offset = causal ? compiler::causal_offset(op, r, s_, Sq, kv.shape[n - 2]) : 0;
+    // Per query tile (by q0 / bq): this instance's place among those of the group that see a key
+    // of it, the same for every slice l — {opens, closes, ahead of the opener}; the group's own
+    // first and last when none does.
+    std::vector<std::array<bool, 3>> ends(tiles, std::array<bool, 3>{first, last, false});
+    if (!group.empty()) {
+      for (int64_t k = 0; k < tiles; ++k) {
+        const int64_t q1 = std::min(Sq, (k + 1) * bq);
+        int64_t f = -1, e = -1;
+        for (size_t g = 0; g < group.size(); ++g) {
+          if (!sees(group[g], r, q1)) continue;
+          if (f < 0) f = static_cast<int64_t>(g);
+          e = static_cast<int64_t>(g);
+        }
+        if (f >= 0) ends[k] = {position == f, position == e, position < f};
+      }
+    }
     for (int64_t l = 0; l < L; ++l) {
       const std::vector<int64_t> at = unravel(l);
       for (int64_t qi = 0; qi < tiles; ++qi) {
@@ -410,22 +427,7 @@ void Lowerer::lower_attention(int i) {
         Task t = task(i, r, TaskKind::kAttentionTile,
                       fmt::format("{}.tile({}, {})", name_of(op), l, q0 / bq));
         t.views = {flat(qv), flat(kv), flat(vv), flat(ov)};
-        // This tile's first and last instances among those that see a key of it (the group's
-        // own first and last when none does); `before`: an instance ahead of the tile's first.
-        bool tile_first = first, tile_last = last, before = false;
-        if (!group.empty()) {
-          int64_t f = -1, e = -1;
-          for (size_t g = 0; g < group.size(); ++g) {
-            if (!sees(group[g], r, q1)) continue;
-            if (f < 0) f = static_cast<int64_t>(g);
-            e = static_cast<int64_t>(g);
-          }
-          if (f >= 0) {
-            tile_first = position == f;
-            tile_last = position == e;
-            before = position < f;
-          }
-        }
+        const auto [tile_first, tile_last, before] = ends[q0 / bq];
         set_args(t, abi::AttentionTileArgs{l, q0, q1, causal, offset, acc ? 1 : 0,
                                            tile_first ? 1 : 0, tile_last ? 1 : 0, scale_bits,
                                            abi::kNoMap, abi::kNoMap, abi::kNoMap});

@@ -155,6 +155,35 @@ TEST_CASE("ring_attention_causal: positions per rank and step; O[0] and O[1] mer
   }
 }
 
+TEST_CASE("a merge into O is one sequence: O used between its attentions is refused") {
+  const std::string text = R"(schedule s {
+    input  Q : bf16[64, 16]
+    input  K : bf16[64, 16]
+    input  V : bf16[64, 16]
+    output O : bf16[2, 64, 16]
+    output X : bf16[64, 16]
+    loop i in 0 .. 2 {
+      compute a1 = attention(Q, K, V -> O[0], accumulate = 1) after a1[i - 1].tile
+    }
+    compute use = copy(O[S] -> X) after a1
+    loop j in 0 .. 2 {
+      compute a2 = attention(Q, K, V -> O[0], accumulate = 1) after a2[j - 1].tile, a1, use
+    }
+  })";
+  const auto with = [&](const char* slice) {
+    std::string t = text;
+    t.replace(t.find("O[S]"), 4, slice);
+    return check_text(t).errors;
+  };
+  const std::string e = with("O[0]");
+  CHECK(e.find("`use` uses `O` while attentions merge into it (accumulate = 1, from `a1` on): "
+               "the merged result is written only by the last of them [bad-argument]") !=
+        std::string::npos);
+  CHECK(e.find("note: the merge into it starts here") != std::string::npos);
+  // The other slice is not part of the merge.
+  CHECK(with("O[1]").empty());
+}
+
 TEST_CASE("attention's q_start and k_start: integers that may use rank, nothing else") {
   const std::string head = R"(schedule s {
     ranks R
