@@ -19,17 +19,13 @@ using dsl::Span;
 
 namespace {
 
-// Attention that accumulates over a loop reads the running output it merges into.
-bool accumulates(const OpInstance& op) {
-  return op.kind == OpKind::kAttention && op.ints.count("accumulate") && op.ints.at("accumulate");
-}
-
 std::vector<int> read_tensors(const OpInstance& op) {
   std::vector<int> t;
   for (const TensorUse& u : op.inputs) t.push_back(u.tensor);
   for (const auto& [key, idx] : op.tensor_args) {
     if (key != "counts" || op.kind == OpKind::kGroupedGemm) t.push_back(idx);
   }
+  // An accumulating attention reads the running output it merges into.
   if (accumulates(op)) t.push_back(op.outputs[0].tensor);
   return t;
 }

@@ -259,8 +259,7 @@ void Checker::unroll(const std::vector<dsl::Item>& items, LoopEnv& env,
 void Checker::mark_first_and_last() {
   using Group = std::tuple<const dsl::OpDecl*, int, std::vector<int64_t>>;
   const auto group = [](const OpInstance& op) -> Group {
-    if (op.kind == OpKind::kAttention && op.ints.count("accumulate") && op.ints.at("accumulate"))
-      return {nullptr, op.outputs[0].tensor, op.outputs[0].index};
+    if (accumulates(op)) return {nullptr, op.outputs[0].tensor, op.outputs[0].index};
     return {op.decl, -1, {}};
   };
   std::set<Group> seen;

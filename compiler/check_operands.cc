@@ -148,19 +148,23 @@ std::optional<std::string> Checker::word_arg(const Operand& o,
   return std::nullopt;
 }
 
-std::optional<int64_t> Checker::int_arg(const Operand& o, const LoopEnv& env, const char* what) {
+std::optional<Expr> Checker::int_expr(const Operand& o) {
+  if (o.kind == Operand::Kind::kExpr) return o.expr;
+  if (o.kind != Operand::Kind::kName || !o.index.empty()) return std::nullopt;
   Expr e;
-  if (o.kind == Operand::Kind::kExpr) {
-    e = o.expr;
-  } else if (o.kind == Operand::Kind::kName && o.index.empty()) {
-    e.kind = Expr::Kind::kName;
-    e.name = o.name;
-    e.span = o.span;
-  } else {
+  e.kind = Expr::Kind::kName;
+  e.name = o.name;
+  e.span = o.span;
+  return e;
+}
+
+std::optional<int64_t> Checker::int_arg(const Operand& o, const LoopEnv& env, const char* what) {
+  const std::optional<Expr> e = int_expr(o);
+  if (!e) {
     error(DiagKind::kBadArgument, o.span, fmt::format("expected an integer for {}", what));
     return std::nullopt;
   }
-  return eval(e, EvalCtx{&env, false, 0, false, what});
+  return eval(*e, EvalCtx{&env, false, 0, false, what});
 }
 
 int Checker::device_fn_arg(const Operand& o, const char* what) {

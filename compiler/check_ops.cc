@@ -426,20 +426,14 @@ bool Checker::check_attention(OpCheck& check) {
   for (const char* key : {"q_start", "k_start"}) {
     const dsl::NamedArg* a = named(op, key);
     if (a == nullptr) continue;
-    if (a->value.kind != Operand::Kind::kExpr &&
-        !(a->value.kind == Operand::Kind::kName && a->value.index.empty())) {
+    std::optional<Expr> parsed = int_expr(a->value);
+    if (!parsed) {
       error(DiagKind::kBadArgument, a->value.span,
             fmt::format("`{}` is an integer expression (a position in the sequence)", key))
           .set_hint(fmt::format("e.g. `{} = rank * S`", key));
       return false;
     }
-    Expr e = a->value.expr;
-    if (a->value.kind == Operand::Kind::kName) {
-      e = Expr{};
-      e.kind = Expr::Kind::kName;
-      e.name = a->value.name;
-      e.span = a->value.span;
-    }
+    Expr e = std::move(*parsed);
     if (e.kind == Expr::Kind::kFloat) {
       error(DiagKind::kBadArgument, a->value.span,
             fmt::format("`{}` is an integer (a position in the sequence), not a decimal", key));

@@ -193,6 +193,9 @@ class Checker {
   std::optional<std::string> word_arg(const dsl::Operand& o,
                                       const std::vector<std::string>& allowed, const char* what);
   std::optional<int64_t> int_arg(const dsl::Operand& o, const LoopEnv& env, const char* what);
+  // The operand as an integer expression (a lone name is one); nullopt for a tensor slice or a
+  // peer (the caller reports it).
+  static std::optional<dsl::Expr> int_expr(const dsl::Operand& o);
   int device_fn_arg(const dsl::Operand& o, const char* what);
   bool check_fn_arity(const dsl::Operand& at, int fn, size_t n);
 

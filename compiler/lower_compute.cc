@@ -322,8 +322,7 @@ void Lowerer::lower_attention(int i) {
   const int64_t bq = std::min<int64_t>(op.tile.empty() ? 128 : op.tile[0], 256);
   // A merge group of one instance (a loop of one step: ring attention at R = 1) has nothing to
   // merge: no state.
-  const bool acc = op.ints.count("accumulate") && op.ints.at("accumulate") &&
-                   !(op.first_of_group && op.last_of_group);
+  const bool acc = compiler::accumulates(op) && !(op.first_of_group && op.last_of_group);
   const double scale = op.floats.at("scale");  // the checker sets the default
   int64_t scale_bits = 0;
   std::memcpy(&scale_bits, &scale, sizeof(scale));
@@ -356,8 +355,8 @@ void Lowerer::lower_attention(int i) {
   if (acc) {
     for (int j = 0; j < static_cast<int>(s_.ops.size()); ++j) {
       const OpInstance& m = s_.ops[j];
-      if (m.kind == OpKind::kAttention && m.ints.count("accumulate") && m.ints.at("accumulate") &&
-          m.outputs[0].tensor == op.outputs[0].tensor && m.outputs[0].index == op.outputs[0].index)
+      if (compiler::accumulates(m) && m.outputs[0].tensor == op.outputs[0].tensor &&
+          m.outputs[0].index == op.outputs[0].index)
         group.push_back(j);
     }
     for (int j : group) {

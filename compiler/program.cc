@@ -141,6 +141,11 @@ int64_t evaluate(const dsl::Expr& e, int64_t rank, const CheckedSchedule& s) {
   return *v;
 }
 
+bool accumulates(const OpInstance& op) {
+  auto it = op.ints.find("accumulate");
+  return op.kind == OpKind::kAttention && it != op.ints.end() && it->second != 0;
+}
+
 int64_t causal_offset(const OpInstance& op, int64_t rank, const CheckedSchedule& s, int64_t Sq,
                       int64_t Sk) {
   const auto at = [&](const char* key) -> int64_t {

@@ -164,6 +164,9 @@ struct CheckedSchedule {
 // caller.
 int64_t evaluate(const dsl::Expr& e, int64_t rank, const CheckedSchedule& s);
 
+// An attention with accumulate = 1: it merges into its slice of O with the others of its group.
+bool accumulates(const OpInstance& op);
+
 // A causal attention's offset on one rank: key j of its K is visible to query i of its Q when
 // j <= i + offset, offset = q_start - k_start (each 0 unless given). Clamped to [-Sq, Sk], which
 // keeps the mask (past Sk - 1 every key is visible, below -Sq none) and fits a device int.

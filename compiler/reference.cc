@@ -228,7 +228,7 @@ class Evaluator {
 
   void attention(int i) {
     const OpInstance& op = s_.ops[i];
-    const bool acc = op.ints.count("accumulate") && op.ints.at("accumulate");
+    const bool acc = compiler::accumulates(op);
     const bool first = op.first_of_group, last = op.last_of_group;
     const size_t nd = op.inputs[0].shape.size();
     const int64_t D = op.inputs[0].shape[nd - 1];
