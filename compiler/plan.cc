@@ -51,10 +51,6 @@ const char* task_kind_name(TaskKind k) {
   return "?";
 }
 
-bool task_kind_runs_anywhere(TaskKind k) {
-  return k == TaskKind::kA2aSend || k == TaskKind::kCombineSend || k == TaskKind::kCombineReduce;
-}
-
 bool task_kind_is_comm(TaskKind k) {
   switch (k) {
 #define MKC_TK_COMM(e, name, is_comm) \

@@ -74,7 +74,8 @@ struct Signal {
 
 // X(Enumerator, "name", is_comm): what a task does. Each kind's `args` are the struct of the same
 // name in templates/mkc/abi.h (the one definition the lowering, the interpreter, the code
-// generator and the device code share); the lowering documents what the task computes.
+// generator and the device code share). Everything else the compiler knows of a kind is in its
+// file under compiler/kinds/ (kind.h; docs/ADDING_A_KIND.md).
 #define MKC_TASK_KINDS(X)                         \
   X(kLaunchFence, "launch_fence", true)           \
   X(kLaunchEnd, "launch_end", true)               \
@@ -100,10 +101,6 @@ enum class TaskKind {
 };
 const char* task_kind_name(TaskKind k);
 bool task_kind_is_comm(TaskKind k);
-// Moves of routed rows (the MoE dispatch's row sends, the combine's sends and sums): whatever
-// comes after them waits for all of them, so the compute CTAs would sit idle while a few comm
-// CTAs copy. The scheduler deals them to every CTA, whatever its role.
-bool task_kind_runs_anywhere(TaskKind k);
 
 // A region of a buffer that a task addresses: a contiguous sub-tensor (the buffer at a flat element
 // offset, viewed with `shape`) on `rank`.

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <queue>
 
+#include "compiler/kinds/kind.h"
 #include "support/error.h"
 
 namespace mkc::plan {
@@ -66,21 +68,6 @@ int64_t task_cost(const Plan& p, const Task& t) {
   return bytes;
 }
 
-// An attention tile's work, in query x key pairs: its queries times the keys they see (causal: up
-// to the last query's last visible key), plus a fixed part for loading Q and writing O or the
-// softmax state (about 640 keys' worth on an H200: a tile that sees no key but writes O takes
-// 9 us, one against 8K keys 105 us). A tile that sees no key and neither opens nor closes its
-// accumulation returns at once (templates/mkc/attention_sm90.cuh): a small part only. Without
-// the fixed part such tiles, cheap on paper, all went to the least loaded CTA, and one CTA ran
-// 455 of them in a row (causal ring attention, 2.6x the attention alone).
-int64_t attention_cost(const Task& t) {
-  const auto a = args_as<abi::AttentionTileArgs>(t);
-  const int64_t sk = t.views.at(1).shape.at(1);
-  const int64_t keys = a.causal ? std::clamp<int64_t>(a.q1 + a.causal_offset, 0, sk) : sk;
-  const bool returns_at_once = keys == 0 && a.accumulate && !a.first && !a.last;
-  return (a.q1 - a.q0) * (returns_at_once ? 64 : keys + 640);
-}
-
 }  // namespace
 
 int64_t compute_ctas(const std::map<std::string, int64_t>& roles, bool any_comm, bool any_compute,
@@ -127,12 +114,10 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
 
   // Roles.
   // Fences and launch ends are bookkeeping: they do not ask for comm CTAs by themselves.
-  const auto bookkeeping = [](const Task& t) {
-    return t.kind == TaskKind::kLaunchFence || t.kind == TaskKind::kLaunchEnd;
-  };
   bool any_compute = false, any_comm = false;
   for (const Task& t : plan.tasks) {
-    if (!bookkeeping(t)) (task_kind_is_comm(t.kind) ? any_comm : any_compute) = true;
+    const kinds::Kind& kind = kinds::kind_of(t);
+    if (!kind.bookkeeping()) (kind.is_comm() ? any_comm : any_compute) = true;
   }
   int64_t compute = 0, comm = 0;
   if (!options.roles.empty()) {
@@ -167,7 +152,7 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
   std::vector<int64_t> next_compute(plan.ranks, 0), next_comm(plan.ranks, 0),
       next_any(plan.ranks, 0);
   std::vector<std::vector<int64_t>> comm_load(plan.ranks, std::vector<int64_t>(comm, 0));
-  std::vector<std::vector<int64_t>> attention_load(plan.ranks, std::vector<int64_t>(compute, 0));
+  std::vector<std::vector<int64_t>> costed_load(plan.ranks, std::vector<int64_t>(compute, 0));
   // A group's CTA, the same on every rank: groups take the comm CTAs in turn, shifted by one CTA
   // each round, so that a CTA's chunks do not all have the same owner (a two-shot all-reduce's
   // owner of chunk c is rank c mod R: with an even CTA count and R = 2, plain turns gave half the
@@ -176,9 +161,11 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
   int64_t next_group = 0;
   for (int t : by_order) {
     Task& task = plan.tasks[t];
+    const kinds::Kind& kind = kinds::kind_of(task);
     int cta;
-    const bool on_comm = comm > 0 && (task_kind_is_comm(task.kind) || compute == 0);
-    if (task_kind_runs_anywhere(task.kind)) {
+    const bool on_comm = comm > 0 && (kind.is_comm() || compute == 0);
+    std::optional<int64_t> compute_load;
+    if (kind.runs_anywhere()) {
       // Row moves: every CTA in turn, comm CTAs first (they have no persistent worker after).
       cta = static_cast<int>((compute + next_any[task.rank]++) % ctas);
     } else if (on_comm) {
@@ -198,18 +185,18 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
       }
       load[best] += task_cost(plan, task);
       cta = static_cast<int>(compute + best);
-    } else if (task.kind == TaskKind::kAttentionTile) {
-      // Attention tiles differ in cost (causal ones by up to the number of key blocks): each goes
-      // to the compute CTA with the least attention work so far, the next one in turn among
-      // equals (equal tiles: round robin).
-      std::vector<int64_t>& load = attention_load[task.rank];
+    } else if ((compute_load = kind.compute_load(task))) {
+      // Tiles of a kind whose tiles differ in cost (attention: causal ones by up to the number of
+      // key blocks): each goes to the compute CTA with the least such work so far, the next one
+      // in turn among equals (equal tiles: round robin).
+      std::vector<int64_t>& load = costed_load[task.rank];
       int64_t best = next_compute[task.rank] % compute;
       for (int64_t i = 1; i < compute; ++i) {
         const int64_t c = (next_compute[task.rank] + i) % compute;
         if (load[c] < load[best]) best = c;
       }
       next_compute[task.rank] = best + 1;
-      load[best] += attention_cost(task);
+      load[best] += *compute_load;
       cta = static_cast<int>(best);
     } else {
       cta = static_cast<int>(next_compute[task.rank]++ % compute);

@@ -2,9 +2,9 @@
 //
 // Tasks are ordered by a topological sort of their waits that prefers creation order (so a
 // GEMM's rows_from order and a collective's chunk order survive). Compute tasks go round-robin to
-// the compute CTAs and communication tasks to the comm CTAs, except the row moves of
-// task_kind_runs_anywhere (plan.h), which go round-robin to every CTA; each CTA's list is in that
-// global order.
+// the compute CTAs (by their load where the kind gives one, compiler/kinds/kind.h) and
+// communication tasks to the comm CTAs, except the row moves of the kinds that runs_anywhere,
+// which go round-robin to every CTA; each CTA's list is in that global order.
 // With every CTA resident (one per SM), that order makes the kernel deadlock-free: the earliest
 // unfinished task anywhere has all its producers finished, so it can always run. A wait cycle
 // (possible in a hand-made plan) is rejected here, naming the tasks on it.

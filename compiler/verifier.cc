@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "compiler/box_index.h"
+#include "compiler/kinds/kind.h"
 
 namespace mkc::plan {
 namespace {
@@ -39,43 +40,6 @@ int64_t elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
-}
-
-// The argument words of each fixed-layout kind (abi.h); 0 for kinds with ranges.
-size_t fixed_args(TaskKind k) {
-  switch (k) {
-    case TaskKind::kLaunchFence:
-    case TaskKind::kLaunchEnd:
-      return 0;
-    case TaskKind::kGemmTile:
-      return sizeof(abi::GemmTileArgs) / 8;
-    case TaskKind::kGroupedGemmTile:
-      return sizeof(abi::GroupedGemmTileArgs) / 8;
-    case TaskKind::kMapTile:
-      return sizeof(abi::MapTileArgs) / 8;
-    case TaskKind::kReduceTile:
-      return sizeof(abi::ReduceTileArgs) / 8;
-    case TaskKind::kAttentionTile:
-      return sizeof(abi::AttentionTileArgs) / 8;
-    case TaskKind::kCopy:
-      return sizeof(abi::CopyArgs) / 8;
-    case TaskKind::kSignalOnly:
-      return sizeof(abi::SignalArgs) / 8;
-    case TaskKind::kA2aCounts:
-      return sizeof(abi::A2aCountsArgs) / 8;
-    case TaskKind::kA2aSend:
-      return sizeof(abi::A2aSendArgs) / 8;
-    case TaskKind::kA2aFinish:
-      return sizeof(abi::ExpertsArgs) / 8;
-    case TaskKind::kCombineSend:
-      return sizeof(abi::CombineSendArgs) / 8;
-    case TaskKind::kCombineReduce:
-      return sizeof(abi::CombineReduceArgs) / 8;
-    case TaskKind::kSend:
-    case TaskKind::kReduceSlots:
-      return 0;
-  }
-  return 0;
 }
 
 // An access of a task to a box, as the ordering check indexes it.
@@ -142,7 +106,7 @@ class Verifier {
               t);
         }
       }
-      const size_t want = fixed_args(task.kind);
+      const size_t want = kinds::kind_of(task).fixed_args();
       if (want > 0 && task.args.size() != want) {
         add("args",
             fmt::format("task {} ({}) has {} arguments; its kind takes {} (templates/mkc/abi.h)",
@@ -200,161 +164,6 @@ class Verifier {
         fmt::format("task {} {} {}, which none of its views of `{}` on rank {} covers", name(t),
                     what, box_text(p_, b), buf.name, b.rank),
         t);
-  }
-
-  // What the device code of a task touches, from its views and arguments alone (the semantics of
-  // each kind in templates/mkc/abi.h), as boxes of the views' own coordinates. The dependency
-  // pass orders tasks by the boxes they declare: a touched region no declared box covers is
-  // invisible to it, hence unordered (a race).
-  struct Touch {
-    int view;
-    std::vector<int64_t> lo, hi;  // in the view's coordinates; missing trailing dims whole
-    bool write;
-  };
-
-  static std::vector<Touch> touches(const Task& t) {
-    std::vector<Touch> out;
-    const auto whole = [&](int v, bool w) { out.push_back(Touch{v, {}, {}, w}); };
-    const auto rows = [&](int v, int64_t r0, int64_t r1, bool w) {
-      out.push_back(Touch{v, {r0}, {r1}, w});
-    };
-    switch (t.kind) {
-      case TaskKind::kLaunchFence:
-      case TaskKind::kLaunchEnd:
-      case TaskKind::kSignalOnly:
-        break;
-      case TaskKind::kGemmTile: {
-        const abi::GemmTileArgs g = args_as<abi::GemmTileArgs>(t);
-        out.push_back(Touch{0, {g.m0, g.k0}, {g.m1, g.k1}, false});
-        out.push_back(Touch{1, {g.k0, g.n0}, {g.k1, g.n1}, false});
-        out.push_back(Touch{2, {g.m0, g.n0}, {g.m1, g.n1}, true});
-        if (g.has_bias) out.push_back(Touch{3, {g.n0}, {g.n1}, false});
-        break;
-      }
-      case TaskKind::kGroupedGemmTile: {
-        // Its rows are found at run time: any of X's and Y's.
-        whole(0, false);
-        whole(1, false);
-        whole(3, false);
-        whole(2, true);
-        break;
-      }
-      case TaskKind::kMapTile:
-      case TaskKind::kCopy: {
-        const abi::CopyArgs c = args_as<abi::CopyArgs>(t);
-        for (size_t v = 0; v + 1 < t.views.size(); ++v)
-          rows(static_cast<int>(v), c.r0, c.r1, false);
-        rows(static_cast<int>(t.views.size()) - 1, c.r0, c.r1, true);
-        break;
-      }
-      case TaskKind::kReduceTile: {
-        // Elements [y0, y1) of Y reduce over `axis` of X: when they are whole rows of Y, the
-        // rows of X they come from; a run inside one row of a 2-D Y reduced over axis 0, that
-        // run in every slice of X; else all of X.
-        const abi::ReduceTileArgs r = args_as<abi::ReduceTileArgs>(t);
-        const std::vector<int64_t>& ys = t.views[1].shape;
-        int64_t row = 1;
-        for (size_t d = 1; d < ys.size(); ++d) row *= ys[d];
-        if (!ys.empty() && r.y0 % row == 0 && r.y1 % row == 0) {
-          const int64_t r0 = r.y0 / row, r1 = r.y1 / row;
-          if (r.axis == 0) {
-            out.push_back(Touch{0, {0, r0}, {t.views[0].shape[0], r1}, false});
-          } else {
-            rows(0, r0, r1, false);
-          }
-          rows(1, r0, r1, true);
-        } else if (r.axis == 0 && ys.size() == 2 && r.y0 < r.y1 && r.y0 / row == (r.y1 - 1) / row) {
-          // A run inside one row of a 2-D Y (split-K's sums): that run of the row in every slice.
-          const int64_t y = r.y0 / row, c0 = r.y0 % row, c1 = c0 + (r.y1 - r.y0);
-          out.push_back(Touch{0, {0, y, c0}, {t.views[0].shape[0], y + 1, c1}, false});
-          out.push_back(Touch{1, {y, c0}, {y + 1, c1}, true});
-        } else {
-          whole(0, false);
-          whole(1, true);
-        }
-        break;
-      }
-      case TaskKind::kAttentionTile: {
-        const abi::AttentionTileArgs a = args_as<abi::AttentionTileArgs>(t);
-        out.push_back(Touch{0, {a.l, a.q0}, {a.l + 1, a.q1}, false});
-        out.push_back(Touch{1, {a.l}, {a.l + 1}, false});
-        out.push_back(Touch{2, {a.l}, {a.l + 1}, false});
-        if (a.last) out.push_back(Touch{3, {a.l, a.q0}, {a.l + 1, a.q1}, true});
-        if (a.accumulate) {
-          for (int v = 4; v < 7; ++v) {
-            if (!a.first) out.push_back(Touch{v, {a.l, a.q0}, {a.l + 1, a.q1}, false});
-            out.push_back(Touch{v, {a.l, a.q0}, {a.l + 1, a.q1}, true});
-          }
-        }
-        break;
-      }
-      case TaskKind::kSend: {
-        int pos = 0;
-        const abi::Range src = read_range(t, &pos);
-        std::vector<int64_t> lo(src.lo, src.lo + src.n), hi(src.hi, src.hi + src.n);
-        out.push_back(Touch{0, lo, hi, false});
-        if (pos < static_cast<int>(t.args.size())) {
-          const abi::Range dst = read_range(t, &pos);
-          for (int d = 0; d < src.n; ++d) {
-            hi[d] = dst.lo[d] + (hi[d] - lo[d]);
-            lo[d] = dst.lo[d];
-          }
-        }
-        out.push_back(Touch{1, lo, hi, true});
-        break;
-      }
-      case TaskKind::kReduceSlots: {
-        const abi::ReduceSlotsHead h = args_as<abi::ReduceSlotsHead>(t);
-        int pos = sizeof(abi::ReduceSlotsHead) / 8;
-        const abi::Range x = read_range(t, &pos);
-        const abi::Range sl = read_range(t, &pos);
-        const std::vector<int64_t> xlo(x.lo, x.lo + x.n), xhi(x.hi, x.hi + x.n);
-        out.push_back(Touch{0, xlo, xhi, false});
-        for (int64_t s = 0; s < t.views[1].shape[0]; ++s) {
-          if (s == h.self) continue;
-          std::vector<int64_t> lo = {s}, hi = {s + 1};
-          lo.insert(lo.end(), sl.lo, sl.lo + sl.n);
-          hi.insert(hi.end(), sl.hi, sl.hi + sl.n);
-          out.push_back(Touch{1, lo, hi, false});
-        }
-        if (h.out_in_x_coords) {
-          out.push_back(Touch{2, xlo, xhi, true});
-        } else {
-          out.push_back(Touch{2, std::vector<int64_t>(sl.lo, sl.lo + sl.n),
-                              std::vector<int64_t>(sl.hi, sl.hi + sl.n), true});
-        }
-        break;
-      }
-      case TaskKind::kA2aCounts:
-        whole(0, false);
-        for (size_t v = 1; v < t.views.size(); ++v)
-          out.push_back(Touch{static_cast<int>(v), {t.rank}, {t.rank + 1}, true});
-        break;
-      case TaskKind::kA2aSend: {
-        const abi::A2aSendArgs a = args_as<abi::A2aSendArgs>(t);
-        rows(0, a.r0, a.r1, false);
-        rows(1, a.r0, a.r1, false);
-        whole(2, false);
-        for (size_t v = 3; v < t.views.size(); ++v) whole(static_cast<int>(v), true);
-        break;
-      }
-      case TaskKind::kA2aFinish:
-        whole(0, false);
-        whole(1, true);
-        break;
-      case TaskKind::kCombineSend:
-        for (int v = 0; v < 3; ++v) whole(v, false);
-        for (size_t v = 3; v < t.views.size(); ++v) whole(static_cast<int>(v), true);
-        break;
-      case TaskKind::kCombineReduce: {
-        const abi::CombineReduceArgs c = args_as<abi::CombineReduceArgs>(t);
-        rows(0, c.r0, c.r1, false);
-        if (c.has_weights) rows(1, c.r0, c.r1, false);
-        rows(2, c.r0, c.r1, true);
-        break;
-      }
-    }
-    return out;
   }
 
   // A box of view v's coordinates as a box of its buffer, or false when the view's dims do not
@@ -415,9 +224,12 @@ class Verifier {
     return true;
   }
 
+  // What the device code of a task touches (its kind's touches(), from its views and arguments
+  // alone) must lie inside the boxes it declares: the dependency pass orders tasks by those boxes,
+  // so a touched region no declared box covers is invisible to it, hence unordered (a race).
   void check_accesses(int t) {
     const Task& task = p_.tasks[t];
-    for (const Touch& u : touches(task)) {
+    for (const kinds::Touch& u : kinds::kind_of(task).touches(task)) {
       if (u.view < 0 || u.view >= static_cast<int>(task.views.size())) {
         add("args",
             fmt::format("task {} ({}) has {} views, its kind addresses view {}", name(t),
@@ -662,13 +474,12 @@ class Verifier {
           position_[t] = static_cast<int>(i);
           chain_[t] = static_cast<int>(r * ctas + c);
           // A kind on a CTA of a role that runs it (bookkeeping tasks and row moves anywhere).
-          const bool bookkeeping = task.kind == TaskKind::kLaunchFence ||
-                                   task.kind == TaskKind::kLaunchEnd ||
-                                   task_kind_runs_anywhere(task.kind);
+          const kinds::Kind& kind = kinds::kind_of(task);
+          const bool bookkeeping = kind.bookkeeping() || kind.runs_anywhere();
           const bool on_comm = c >= comm_first && c < comm_first + comm_count;
-          if (!bookkeeping && task_kind_is_comm(task.kind) && comm_count > 0 && !on_comm)
+          if (!bookkeeping && kind.is_comm() && comm_count > 0 && !on_comm)
             add("cta", fmt::format("comm task {} runs on compute CTA {}", name(t), c), t);
-          if (!bookkeeping && !task_kind_is_comm(task.kind) && compute_end > 0 && c >= compute_end)
+          if (!bookkeeping && !kind.is_comm() && compute_end > 0 && c >= compute_end)
             add("cta", fmt::format("compute task {} runs on comm CTA {}", name(t), c), t);
         }
       }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "compiler/kinds/kind.h"
 #include "compiler/passes.h"
 #include "compiler/reference.h"
 #include "compiler/verifier.h"
@@ -34,35 +35,7 @@ double interpreter_work(const Plan& p) {
     for (const std::vector<plan::Box>* boxes : {&t.reads, &t.writes}) {
       for (const plan::Box& b : *boxes) touched += static_cast<double>(b.elements());
     }
-    switch (t.kind) {
-      case plan::TaskKind::kGemmTile: {
-        const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
-        work += static_cast<double>(g.m1 - g.m0) * static_cast<double>(g.n1 - g.n0) *
-                static_cast<double>(g.k1 - g.k0);
-        break;
-      }
-      case plan::TaskKind::kGroupedGemmTile: {
-        const abi::GroupedGemmTileArgs g = plan::args_as<abi::GroupedGemmTileArgs>(t);
-        // A worker's share of the most items there can be.
-        const double items = static_cast<double>(t.views[0].shape[0]) / static_cast<double>(g.bm) +
-                             static_cast<double>(t.views[1].shape[0]);
-        work += items / static_cast<double>(g.workers) * static_cast<double>(g.bm) *
-                static_cast<double>(t.views[1].shape[2]) * static_cast<double>(t.views[0].shape[1]);
-        break;
-      }
-      case plan::TaskKind::kAttentionTile: {
-        const abi::AttentionTileArgs a = plan::args_as<abi::AttentionTileArgs>(t);
-        work += static_cast<double>(a.q1 - a.q0) * static_cast<double>(t.views[1].shape[1]) *
-                static_cast<double>(t.views[0].shape[2] + t.views[2].shape[2]);
-        break;
-      }
-      case plan::TaskKind::kCombineSend:
-        // Whole boxes (the rows are known at run time), but each part moves its share of them.
-        work += touched / static_cast<double>(plan::args_as<abi::CombineSendArgs>(t).parts);
-        break;
-      default:
-        work += touched;
-    }
+    work += kinds::kind_of(t).interpreter_work(t, touched);
   }
   return work;
 }

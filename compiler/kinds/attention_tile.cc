@@ -1,0 +1,180 @@
+// attention_tile: queries [q0, q1) of slice l against every key, with an online softmax whose
+// state (f32 compiler scratch) carries over the instances of one merge group. Views {Q, K, V, O[,
+// acc, max, sum]} as [L, S, D] (abi.h, AttentionTileArgs). Device code: the TMA + wgmma tile
+// (templates/mkc/attention_sm90.cuh) for bf16/f16 at head dims 64 and 128, else SIMT
+// (templates/mkc/attention_simt.cuh).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "compiler/kinds/kind.h"
+#include "compiler/kinds/kinds.h"
+#include "compiler/kinds/view_math.h"
+
+namespace mkc::kinds {
+namespace {
+
+class AttentionTile final : public Kind {
+ public:
+  AttentionTile() : Kind(TaskKind::kAttentionTile) {}
+
+  size_t fixed_args() const override { return sizeof(abi::AttentionTileArgs) / 8; }
+
+  std::vector<Touch> touches(const Task& t) const override {
+    const abi::AttentionTileArgs a = plan::args_as<abi::AttentionTileArgs>(t);
+    std::vector<Touch> out;
+    out.push_back(Touch{0, {a.l, a.q0}, {a.l + 1, a.q1}, false});
+    out.push_back(Touch{1, {a.l}, {a.l + 1}, false});
+    out.push_back(Touch{2, {a.l}, {a.l + 1}, false});
+    if (a.last) out.push_back(Touch{3, {a.l, a.q0}, {a.l + 1, a.q1}, true});
+    if (a.accumulate) {
+      for (int v = 4; v < 7; ++v) {
+        if (!a.first) out.push_back(Touch{v, {a.l, a.q0}, {a.l + 1, a.q1}, false});
+        out.push_back(Touch{v, {a.l, a.q0}, {a.l + 1, a.q1}, true});
+      }
+    }
+    return out;
+  }
+
+  void execute(const Memory& mem, const Task& t) const override {
+    const auto buf = [&](const View& v) -> std::vector<double>& { return mem.of(v); };
+    const View &q = t.views[0], &k = t.views[1], &v = t.views[2], &o = t.views[3];
+    const abi::AttentionTileArgs at = plan::args_as<abi::AttentionTileArgs>(t);
+    const int64_t l = at.l, Sk = k.shape[1], D = q.shape[2], Dv = v.shape[2];
+    const bool causal = at.causal, acc_on = at.accumulate, first = at.first, last = at.last;
+    double scale = 0;
+    std::memcpy(&scale, &at.scale_bits, sizeof(scale));
+    // A tile that sees no key and neither opens nor closes its merge returns at once, as on the
+    // device.
+    if (acc_on && !first && !last && causal && at.q1 + at.causal_offset <= 0) return;
+    for (int64_t qi = at.q0; qi < at.q1; ++qi) {
+      double m = -std::numeric_limits<double>::infinity(), sum = 0;
+      std::vector<double> acc(Dv, 0);
+      if (acc_on && !first) {
+        m = buf(t.views[5])[flat(t.views[5], l, qi, 0)];
+        sum = buf(t.views[6])[flat(t.views[6], l, qi, 0)];
+        for (int64_t d = 0; d < Dv; ++d) acc[d] = buf(t.views[4])[flat(t.views[4], l, qi, d)];
+      }
+      for (int64_t j = 0; j < Sk; ++j) {
+        if (causal && j > qi + at.causal_offset) continue;
+        double s = 0;
+        const int64_t qo = flat(q, l, qi, 0), ko = flat(k, l, j, 0);
+        const std::vector<double>& qv = buf(q);
+        const std::vector<double>& kv = buf(k);
+        for (int64_t d = 0; d < D; ++d) s += qv[qo + d] * kv[ko + d];
+        s *= scale;
+        const double m_new = std::max(m, s);
+        const double corr = std::isinf(m) ? 0 : std::exp(m - m_new);
+        const double p = std::exp(s - m_new);
+        sum = sum * corr + p;
+        for (int64_t d = 0; d < Dv; ++d) acc[d] = acc[d] * corr + p * buf(v)[flat(v, l, j, d)];
+        m = m_new;
+      }
+      if (acc_on) {
+        buf(t.views[5])[flat(t.views[5], l, qi, 0)] = m;
+        buf(t.views[6])[flat(t.views[6], l, qi, 0)] = sum;
+        for (int64_t d = 0; d < Dv; ++d) buf(t.views[4])[flat(t.views[4], l, qi, d)] = acc[d];
+      }
+      if (last) {
+        // A query that saw no key (causal, every key after it) gets zeros.
+        for (int64_t d = 0; d < Dv; ++d) buf(o)[flat(o, l, qi, d)] = sum > 0 ? acc[d] / sum : 0;
+      }
+    }
+  }
+
+  // Its work, in query x key pairs: its queries times the keys they see (causal: up to the last
+  // query's last visible key), plus a fixed part for loading Q and writing O or the softmax state
+  // (about 640 keys' worth on an H200: a tile that sees no key but writes O takes 9 us, one
+  // against 8K keys 105 us). A tile that sees no key and neither opens nor closes its
+  // accumulation returns at once (templates/mkc/attention_sm90.cuh): a small part only. Without
+  // the fixed part such tiles, cheap on paper, all went to the least loaded CTA, and one CTA ran
+  // 455 of them in a row (causal ring attention, 2.6x the attention alone).
+  std::optional<int64_t> compute_load(const Task& t) const override {
+    const auto a = plan::args_as<abi::AttentionTileArgs>(t);
+    const int64_t sk = t.views.at(1).shape.at(1);
+    const int64_t keys = a.causal ? std::clamp<int64_t>(a.q1 + a.causal_offset, 0, sk) : sk;
+    const bool returns_at_once = keys == 0 && a.accumulate && !a.first && !a.last;
+    return (a.q1 - a.q0) * (returns_at_once ? 64 : keys + 640);
+  }
+
+  double interpreter_work(const Task& t, double) const override {
+    const abi::AttentionTileArgs a = plan::args_as<abi::AttentionTileArgs>(t);
+    return static_cast<double>(a.q1 - a.q0) * static_cast<double>(t.views[1].shape[1]) *
+           static_cast<double>(t.views[0].shape[2] + t.views[2].shape[2]);
+  }
+
+  std::string key_variant(const Source& s, const Task& t) const override {
+    if (const int d = tma_d(s, t)) return fmt::format(":tma_d{}", d);
+    return "";
+  }
+
+  std::string path(const Source& s, const Task& t) const override {
+    if (const int d = tma_d(s, t))
+      return fmt::format("{}: sm_90a wgmma + TMA, head dim {} (SIMT without sm_90a)", name(), d);
+    return std::string(name()) + ": SIMT (needs bf16/f16 Q, K, V with head dims 64 or 128)";
+  }
+
+  Launch launch(const Source& s, const Task& t) const override {
+    Launch l;
+    if (const int d = tma_d(s, t)) {
+      // templates/mkc/attention_sm90.cuh, AttnShape: header 2048 + Q + the K,V stages.
+      const int stage = 2 * 128 * d * 2, stages = d == 64 ? 4 : 2;
+      l.threads = 384;
+      l.dynamic_smem = 2048 + 128 * d * 2 + stages * stage;
+    }
+    return l;
+  }
+
+  void emit(Source& s, const Task& t) const override {
+    if (const int d = tma_d(s, t)) {
+      s.line("  extern __shared__ unsigned char mkc_smem[];");
+      s.line(fmt::format(
+          "  mkc::sm90::attention_tile_tma<{}, {}, {}>(a, v, args, kBuffers, mkc_smem);",
+          s.type_of(t, 0), s.type_of(t, 3), d));
+    } else {
+      s.line(fmt::format("  mkc::attention_tile<{}, {}>(a, v, args, kBuffers);", s.type_of(t, 0),
+                         s.type_of(t, 3)));
+    }
+  }
+
+  std::vector<int64_t> device_args(Source& s, const Task& t) const override {
+    if (!tma_d(s, t)) return t.args;
+    // 3-D maps of the [L, S, D] views: boxes of 64 columns x 128 rows x 1 slice.
+    abi::AttentionTileArgs at = plan::args_as<abi::AttentionTileArgs>(t);
+    at.map_q = s.tensor_map(t.views[0], 128, 64);
+    at.map_k = s.tensor_map(t.views[1], 128, 64);
+    at.map_v = s.tensor_map(t.views[2], 128, 64);
+    return words(at);
+  }
+
+ private:
+  // The head dim (64 or 128) when the TMA + wgmma tile can take the task, else 0: Q, K, V of one
+  // 16-bit type, D = Dv of 64 or 128, query tiles of at most 128, views 16-byte aligned.
+  static int tma_d(const Source& s, const Task& t) {
+    if (!s.tensor_cores()) return 0;
+    const View &q = t.views[0], &k = t.views[1], &v = t.views[2];
+    const compiler::DType tq = s.dtype(t, 0);
+    if (!is_16bit(tq) || s.dtype(t, 1) != tq || s.dtype(t, 2) != tq) return 0;
+    const int64_t d = q.shape[2];
+    if ((d != 64 && d != 128) || k.shape[2] != d || v.shape[2] != d) return 0;
+    const abi::AttentionTileArgs a = plan::args_as<abi::AttentionTileArgs>(t);
+    if (a.q1 - a.q0 > 128) return 0;
+    for (const View* x : {&q, &k, &v}) {
+      if ((x->offset * 2) % 16 != 0) return 0;
+    }
+    return static_cast<int>(d);
+  }
+};
+
+}  // namespace
+
+template <>
+const Kind& kind<TaskKind::kAttentionTile>() {
+  static const AttentionTile k;
+  return k;
+}
+
+}  // namespace mkc::kinds

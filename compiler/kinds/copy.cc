@@ -1,0 +1,53 @@
+// copy: rows [r0, r1) of the source view into the same rows of the destination. Views {X, Y}
+// (abi.h, CopyArgs). Device code: templates/mkc/movement.cuh (copy_rows).
+#include <fmt/format.h>
+
+#include "compiler/kinds/kind.h"
+#include "compiler/kinds/kinds.h"
+#include "compiler/kinds/view_math.h"
+
+namespace mkc::kinds {
+namespace {
+
+class Copy final : public Kind {
+ public:
+  Copy() : Kind(TaskKind::kCopy) {}
+
+  size_t fixed_args() const override { return sizeof(abi::CopyArgs) / 8; }
+
+  std::vector<Touch> touches(const Task& t) const override {
+    const abi::CopyArgs c = plan::args_as<abi::CopyArgs>(t);
+    return rows_of_every_view(t, c.r0, c.r1);
+  }
+
+  void execute(const Memory& mem, const Task& t) const override {
+    const View &x = t.views[0], &y = t.views.back();
+    const abi::CopyArgs c = plan::args_as<abi::CopyArgs>(t);
+    const int64_t row = product(y.shape, 1);
+    const std::vector<double>& from = mem.of(x);
+    std::vector<double>& to = mem.of(y);
+    for (int64_t e = c.r0 * row; e < c.r1 * row; ++e) to[y.offset + e] = from[x.offset + e];
+  }
+
+  void emit(Source& s, const Task& t) const override {
+    s.line(fmt::format("  mkc::copy_rows<{}>(a, v, args, kBuffers);", s.type_of(t, 0)));
+  }
+};
+
+}  // namespace
+
+std::vector<Touch> rows_of_every_view(const Task& t, int64_t r0, int64_t r1) {
+  std::vector<Touch> out;
+  for (size_t v = 0; v + 1 < t.views.size(); ++v)
+    out.push_back(Touch{static_cast<int>(v), {r0}, {r1}, false});
+  out.push_back(Touch{static_cast<int>(t.views.size()) - 1, {r0}, {r1}, true});
+  return out;
+}
+
+template <>
+const Kind& kind<TaskKind::kCopy>() {
+  static const Copy k;
+  return k;
+}
+
+}  // namespace mkc::kinds

@@ -1,0 +1,134 @@
+// gemm_tile: C[m0:m1, n0:n1] = A[m0:m1, k0:k1] B[k0:k1, n0:n1] (+ bias[n0:n1]), then the
+// epilogue function. Views {A, B, C[, bias]} (abi.h, GemmTileArgs). Device code: the TMA + wgmma
+// tile (templates/mkc/gemm_sm90.cuh) for 16-bit, 16-byte aligned operands, else the portable one
+// (templates/mkc/gemm.cuh).
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "compiler/kinds/kind.h"
+#include "compiler/kinds/kinds.h"
+#include "compiler/kinds/view_math.h"
+
+namespace mkc::kinds {
+namespace {
+
+class GemmTile final : public Kind {
+ public:
+  GemmTile() : Kind(TaskKind::kGemmTile) {}
+
+  size_t fixed_args() const override { return sizeof(abi::GemmTileArgs) / 8; }
+
+  std::vector<Touch> touches(const Task& t) const override {
+    const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    std::vector<Touch> out;
+    out.push_back(Touch{0, {g.m0, g.k0}, {g.m1, g.k1}, false});
+    out.push_back(Touch{1, {g.k0, g.n0}, {g.k1, g.n1}, false});
+    out.push_back(Touch{2, {g.m0, g.n0}, {g.m1, g.n1}, true});
+    if (g.has_bias) out.push_back(Touch{3, {g.n0}, {g.n1}, false});
+    return out;
+  }
+
+  void execute(const Memory& mem, const Task& t) const override {
+    const View &a = t.views[0], &b = t.views[1], &c = t.views[2];
+    const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    const std::vector<double>& av = mem.of(a);
+    const std::vector<double>& bv = mem.of(b);
+    std::vector<double>& cv = mem.of(c);
+    for (int64_t m = g.m0; m < g.m1; ++m) {
+      for (int64_t n = g.n0; n < g.n1; ++n) {
+        double acc = 0;
+        const int64_t arow = flat(a, m, 0), bcol = flat(b, 0, n), N = b.shape[1];
+        for (int64_t k = g.k0; k < g.k1; ++k) acc += av[arow + k] * bv[bcol + k * N];
+        if (g.has_bias) acc += mem.of(t.views[3])[flat(t.views[3], n)];
+        if (g.fn >= 0) acc = mem.call(g.fn, {acc});
+        cv[flat(c, m, n)] = acc;
+      }
+    }
+  }
+
+  double interpreter_work(const Task& t, double) const override {
+    const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    return static_cast<double>(g.m1 - g.m0) * static_cast<double>(g.n1 - g.n0) *
+           static_cast<double>(g.k1 - g.k0);
+  }
+
+  std::string key_variant(const Source& s, const Task& t) const override {
+    const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    std::string key = fmt::format(":fn{}:bias{}", g.fn, g.has_bias);
+    if (const int bn = tma_n(s, t)) key += fmt::format(":tma{}x{}", tma_m(t), bn);
+    return key;
+  }
+
+  std::string path(const Source& s, const Task& t) const override {
+    if (const int bn = tma_n(s, t))
+      return fmt::format("{}: sm_90a wgmma + TMA {}x{} (mma.sync or SIMT without sm_90a)", name(),
+                         tma_m(t), bn);
+    return std::string(name()) + ": SIMT (operands not 16-bit or not 16-byte aligned)";
+  }
+
+  Launch launch(const Source& s, const Task& t) const override {
+    Launch l;
+    if (const int bn = tma_n(s, t)) {
+      l.threads = 384;
+      l.dynamic_smem = gemm_ring_bytes(tma_m(t), bn);
+      // templates/mkc/gemm_sm80.cuh: two stages of A 128 x 40 and B 32 x 136 elements.
+      l.portable_smem = 2 * (128 * 40 + 32 * 136) * 2 + 128;
+    }
+    return l;
+  }
+
+  void emit(Source& s, const Task& t) const override {
+    const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    if (const int bn = tma_n(s, t)) {
+      s.line("  extern __shared__ unsigned char mkc_smem[];");
+      s.line(fmt::format(
+          "  mkc::sm90::gemm_tile_tma<{}, {}, {}, {}, {}>(a, v, args, kBuffers, mkc_smem, "
+          "next_args, next_v, {}{{}});",
+          s.type_of(t, 0), s.type_of(t, 2), g.has_bias ? s.type_of(t, 3) : s.type_of(t, 2),
+          tma_m(t), bn, s.fn_type(g.fn)));
+    } else {
+      s.line(fmt::format("  mkc::gemm_tile<{}, {}, {}, {}>(a, v, args, kBuffers, {}{{}});",
+                         s.type_of(t, 0), s.type_of(t, 1), s.type_of(t, 2),
+                         g.has_bias ? s.type_of(t, 3) : s.type_of(t, 2), s.fn_type(g.fn)));
+    }
+  }
+
+  std::vector<int64_t> device_args(Source& s, const Task& t) const override {
+    if (!tma_n(s, t)) return t.args;
+    // The tensor maps of A (BM x 64 boxes) and B (64 x 64 boxes).
+    abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    g.map_a = s.tensor_map(t.views[0], tma_m(t), 64);
+    g.map_b = s.tensor_map(t.views[1], 64, 64);
+    return words(g);
+  }
+
+ private:
+  // The TMA + wgmma tile's N (128 or 256) when the operands allow it, else 0. TMA needs 16-byte
+  // aligned starts and row strides; wgmma takes bf16 or f16 A and B alike.
+  static int tma_n(const Source& s, const Task& t) {
+    if (!s.tensor_cores()) return 0;
+    const View &a = t.views[0], &b = t.views[1];
+    const compiler::DType ta = s.dtype(t, 0), tb = s.dtype(t, 1);
+    if (ta != tb || !is_16bit(ta)) return 0;
+    if (a.shape.size() != 2 || b.shape.size() != 2) return 0;
+    if (!tma_rows_ok(a) || !tma_rows_ok(b)) return 0;
+    const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    return g.n1 - g.n0 > 128 ? 256 : 128;
+  }
+  // Its rows: 64 for tiles of at most 64 rows (the consumers then split the columns), else 128.
+  static int tma_m(const Task& t) {
+    const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    return g.m1 - g.m0 <= 64 ? 64 : 128;
+  }
+};
+
+}  // namespace
+
+template <>
+const Kind& kind<TaskKind::kGemmTile>() {
+  static const GemmTile k;
+  return k;
+}
+
+}  // namespace mkc::kinds

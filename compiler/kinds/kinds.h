@@ -1,0 +1,47 @@
+// For the kinds' own files: the declaration each defines (registry.cc collects them) and the
+// helpers several of them share.
+#pragma once
+
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "compiler/kinds/kind.h"
+
+namespace mkc::kinds {
+
+// Defined by the kind's file, one specialisation per TaskKind (a missing one fails the link).
+template <TaskKind K>
+const Kind& kind();
+
+// An abi.h argument struct as argument words.
+template <typename A>
+std::vector<int64_t> words(const A& a) {
+  static_assert(std::is_trivially_copyable_v<A> && sizeof(A) % 8 == 0, "64-bit fields only");
+  std::vector<int64_t> w(sizeof(A) / 8);
+  std::memcpy(w.data(), &a, sizeof(A));
+  return w;
+}
+
+inline bool is_16bit(compiler::DType t) {
+  return t == compiler::DType::kBf16 || t == compiler::DType::kF16;
+}
+
+// A view TMA can load: rows of a multiple of 16 bytes of a 16-bit type, a 16-byte aligned start.
+inline bool tma_rows_ok(const View& v) {
+  return (v.shape.back() * 2) % 16 == 0 && (v.offset * 2) % 16 == 0;
+}
+
+// The dynamic shared memory of the wgmma GEMM pipeline for bm x bn tiles (three warpgroups,
+// templates/mkc/gemm_sm90.cuh, Shape): as many stages of (A bm x 128 bytes + B bn x 128 bytes)
+// as fit in 192 KB, at most 8, + 256 B of header + alignment slack.
+inline int gemm_ring_bytes(int bm, int bn) {
+  const int stage = (bm + bn) * 128;
+  return std::min(8, 196608 / stage) * stage + 2048;
+}
+
+// Touches of a row range [r0, r1) of every view: the inputs read, the last view written (copy and
+// map_tile).
+std::vector<Touch> rows_of_every_view(const Task& t, int64_t r0, int64_t r1);
+
+}  // namespace mkc::kinds
