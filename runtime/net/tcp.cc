@@ -14,6 +14,7 @@
 #include <cstring>
 #include <random>
 
+#include "runtime/net/conn_details.h"
 #include "runtime/net/tcp_stream.h"
 
 namespace mkc::rt::net {
@@ -23,8 +24,8 @@ using Clock = std::chrono::steady_clock;
 using tcp::StreamReader;
 using tcp::WireHeader;  // the message framing: runtime/net/tcp_stream.h
 
-constexpr uint32_t kBlobMagic = 0x4d4b4e54;   // "MKNT": a tcp transport's all_gather blob
-constexpr uint32_t kBlobVersion = 1;          // bumped when the wire format changes
+// A tcp transport's all_gather blob: "MKNT", version 1 (bumped when the wire format changes).
+constexpr DetailsFormat kDetails{"tcp", 0x4d4b4e54, 1};
 constexpr uint32_t kHelloMagic = 0x4d4b4e48;  // "MKNH": a dialling rank introduces itself
 constexpr uint32_t kAckMagic = 0x4d4b4e41;    // "MKNA": the accepting rank took it
 
@@ -203,53 +204,17 @@ void TcpTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
 
   std::vector<int> mine = params.peers;
   std::sort(mine.begin(), mine.end());
-  BlobHead head{kBlobMagic,
-                kBlobVersion,
-                rank_,
-                world_,
-                me.sin_addr.s_addr,
-                me.sin_port,
-                0,
-                nonce_,
-                static_cast<uint32_t>(mine.size()),
-                0};
-  std::string blob(reinterpret_cast<const char*>(&head), sizeof(head));
-  blob.append(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(int));
-
-  const std::vector<std::string> blobs = params.all_gather(blob);
-  if (static_cast<int>(blobs.size()) != world_) {
-    throw InternalError(
-        fmt::format("tcp: all_gather gave {} blobs for a world of {}", blobs.size(), world_));
-  }
-  std::vector<std::vector<int>> lists(static_cast<size_t>(world_));
-  std::vector<BlobHead> heads(static_cast<size_t>(world_));
-  for (int r = 0; r < world_; ++r) {
-    const std::string& b = blobs[static_cast<size_t>(r)];
-    BlobHead h{};
-    bool ok = b.size() >= sizeof(h);
-    if (ok) std::memcpy(&h, b.data(), sizeof(h));
-    ok = ok && h.magic == kBlobMagic && h.version == kBlobVersion && h.rank == r &&
-         h.world == world_ && h.npeers <= static_cast<uint32_t>(world_) &&
-         b.size() == sizeof(h) + h.npeers * sizeof(int);
-    if (!ok) {
-      throw TransportError(
-          r, fmt::format("tcp: rank {}'s connection details from the all_gather are not "
-                         "those of this mkc build's tcp transport ({} bytes): every rank "
-                         "must run the same mkc, with the same MKC_NET",
-                         r, b.size()));
-    }
-    std::vector<int>& l = lists[static_cast<size_t>(r)];
-    l.resize(h.npeers);
-    std::memcpy(l.data(), b.data() + sizeof(h), h.npeers * sizeof(int));
-    heads[static_cast<size_t>(r)] = h;
-  }
-  check_symmetric(rank_, lists);
+  BlobHead head{};
+  head.ipv4 = me.sin_addr.s_addr;
+  head.port = me.sin_port;
+  head.nonce = nonce_;
+  const auto details = exchange_details(params, head, mine, kDetails);
 
   slot_of_.assign(static_cast<size_t>(world_), -1);
   peers_.resize(mine.size());
   std::vector<uint64_t> nonces;
   for (size_t i = 0; i < mine.size(); ++i) {
-    const BlobHead& h = heads[static_cast<size_t>(mine[i])];
+    const BlobHead& h = details[static_cast<size_t>(mine[i])].head;
     Peer& p = peers_[i];
     p.rank = mine[i];
     p.address = address_text(h.ipv4, h.port);

@@ -13,6 +13,8 @@
 #include <random>
 #include <thread>
 
+#include "runtime/net/conn_details.h"
+
 namespace mkc::rt::net {
 namespace {
 
@@ -140,8 +142,8 @@ std::string gid_text(const uint8_t* raw) {
 }
 
 // ---- the wire ------------------------------------------------------------------------------
-constexpr uint32_t kBlobMagic = 0x4d4b4e56;  // "MKNV": a verbs transport's all_gather blob
-constexpr uint32_t kBlobVersion = 1;
+// A verbs transport's all_gather blob: "MKNV", version 1 (bumped when the wire format changes).
+constexpr DetailsFormat kDetails{"verbs", 0x4d4b4e56, 1};
 constexpr uint32_t kMailMagic = 0x4d4b4d4c;  // "MKML"
 
 struct BlobHead {
@@ -550,10 +552,6 @@ void VerbsTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
     }
 
     BlobHead head{};
-    head.magic = kBlobMagic;
-    head.version = kBlobVersion;
-    head.rank = rank_;
-    head.world = world_;
     head.port = static_cast<uint32_t>(port_.port);
     head.link_layer = port_.attr.link_layer;
     head.active_mtu = static_cast<uint32_t>(port_.attr.active_mtu);
@@ -570,49 +568,17 @@ void VerbsTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
     head.mailbox_slots = static_cast<uint32_t>(m);
     head.staging_slots = static_cast<uint32_t>(stage_slots);
     head.chunk_bytes = chunk;
-    head.npeers = static_cast<uint32_t>(npeers);
     std::memcpy(head.gid, gid_.raw, sizeof(head.gid));
     std::snprintf(head.device, sizeof(head.device), "%s", port_.device.c_str());
-    std::string blob(reinterpret_cast<const char*>(&head), sizeof(head));
+    std::vector<BlobPeer> entries;
     for (const Peer& p : peers_) {
-      const BlobPeer e{p.ctrl_offset, p.stage_offset, p.rank, p.qp->qp_num, p.psn, 0};
-      blob.append(reinterpret_cast<const char*>(&e), sizeof(e));
+      entries.push_back(BlobPeer{p.ctrl_offset, p.stage_offset, p.rank, p.qp->qp_num, p.psn, 0});
     }
-
-    const std::vector<std::string> blobs = params.all_gather(blob);
-    if (static_cast<int>(blobs.size()) != world_) {
-      throw InternalError(
-          fmt::format("verbs: all_gather gave {} blobs for a world of {}", blobs.size(), world_));
-    }
-    std::vector<BlobHead> heads(static_cast<size_t>(world_));
-    std::vector<std::vector<BlobPeer>> entries(static_cast<size_t>(world_));
-    std::vector<std::vector<int>> lists(static_cast<size_t>(world_));
-    for (int r = 0; r < world_; ++r) {
-      const std::string& b = blobs[static_cast<size_t>(r)];
-      BlobHead h{};
-      bool ok = b.size() >= sizeof(h);
-      if (ok) std::memcpy(&h, b.data(), sizeof(h));
-      ok = ok && h.magic == kBlobMagic && h.version == kBlobVersion && h.rank == r &&
-           h.world == world_ && h.npeers <= static_cast<uint32_t>(world_) &&
-           b.size() == sizeof(h) + h.npeers * sizeof(BlobPeer);
-      if (!ok) {
-        throw TransportError(
-            r, fmt::format("verbs: rank {}'s connection details from the all_gather are "
-                           "not those of this mkc build's verbs transport ({} bytes): "
-                           "every rank must run the same mkc, with the same MKC_NET",
-                           r, b.size()));
-      }
-      h.device[sizeof(h.device) - 1] = '\0';
-      heads[static_cast<size_t>(r)] = h;
-      auto& es = entries[static_cast<size_t>(r)];
-      es.resize(h.npeers);
-      std::memcpy(es.data(), b.data() + sizeof(h), h.npeers * sizeof(BlobPeer));
-      for (const BlobPeer& e : es) lists[static_cast<size_t>(r)].push_back(e.rank);
-    }
-    check_symmetric(rank_, lists);
+    auto details = exchange_details(params, head, entries, kDetails);
     for (Peer& p : peers_) {
-      const BlobHead& h = heads[static_cast<size_t>(p.rank)];
-      const auto& es = entries[static_cast<size_t>(p.rank)];
+      BlobHead& h = details[static_cast<size_t>(p.rank)].head;
+      h.device[sizeof(h.device) - 1] = '\0';
+      const std::vector<BlobPeer>& es = details[static_cast<size_t>(p.rank)].entries;
       const auto e =
           std::find_if(es.begin(), es.end(), [&](const BlobPeer& x) { return x.rank == rank_; });
       const bool ethernet = h.link_layer == IBV_LINK_LAYER_ETHERNET;
