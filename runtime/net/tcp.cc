@@ -15,6 +15,7 @@
 #include <random>
 
 #include "runtime/net/conn_details.h"
+#include "runtime/net/peers.h"
 #include "runtime/net/tcp_stream.h"
 
 namespace mkc::rt::net {
@@ -118,12 +119,6 @@ class TcpTransport final : public Transport {
   void close() override;
 
  private:
-  struct Pending {
-    MessageHeader header;
-    int64_t src_offset;
-    uint64_t cookie;
-  };
-
   struct Peer {
     int rank = -1;
     std::string address;
@@ -131,11 +126,10 @@ class TcpTransport final : public Transport {
     bool gone = false;  // connection closed after the goodbye
 
     // Sending: queued messages (a ring), the one being copied out, the staging buffer.
-    std::vector<Pending> queue;
-    size_t queue_head = 0, queue_size = 0;
+    SendQueue queue;
     bool has_current = false;
     bool header_written = false;
-    Pending current{};
+    QueuedMessage current{};
     int64_t copied = 0;
     std::unique_ptr<char[]> out;
     size_t out_len = 0, out_pos = 0;
@@ -149,11 +143,6 @@ class TcpTransport final : public Transport {
   [[noreturn]] void fail(const Peer& p, const std::string& what) const {
     throw TransportError(
         p.rank, fmt::format("tcp: rank {}: rank {} at {}: {}", rank_, p.rank, p.address, what));
-  }
-  Peer* find(int rank) {
-    if (rank < 0 || rank >= world_ || slot_of_.empty()) return nullptr;
-    const int s = slot_of_[static_cast<size_t>(rank)];
-    return s < 0 ? nullptr : &peers_[static_cast<size_t>(s)];
   }
   void establish(Clock::time_point deadline, const std::vector<uint64_t>& nonces);
   void fill(Peer& p, Completion* out, size_t& n, size_t max);
@@ -169,15 +158,13 @@ class TcpTransport final : public Transport {
   bool closed_ = false;
   int listen_fd_ = -1;
   uint64_t nonce_ = 0;
-  std::vector<Peer> peers_;      // in rank order
-  std::vector<int> slot_of_;     // rank -> index into peers_, or -1
+  PeerTable<Peer> peers_;        // in rank order
   std::vector<pollfd> fds_;      // one per peer, same order
   std::vector<ReadSpan> reads_;  // fill()'s batch of payload copies
 };
 
 void TcpTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
-  if (connected_) throw InternalError("tcp: connect() called twice");
-  check_peer_list(params);
+  check_connect(params, connected_, "tcp");
   rank_ = params.rank;
   world_ = params.world;
   timeout_ = params.timeout;
@@ -210,15 +197,11 @@ void TcpTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
   head.nonce = nonce_;
   const auto details = exchange_details(params, head, mine, kDetails);
 
-  slot_of_.assign(static_cast<size_t>(world_), -1);
-  peers_.resize(mine.size());
+  peers_.assign(world_, mine);
   std::vector<uint64_t> nonces;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const BlobHead& h = details[static_cast<size_t>(mine[i])].head;
-    Peer& p = peers_[i];
-    p.rank = mine[i];
+  for (Peer& p : peers_) {
+    const BlobHead& h = details[static_cast<size_t>(p.rank)].head;
     p.address = address_text(h.ipv4, h.port);
-    slot_of_[static_cast<size_t>(p.rank)] = static_cast<int>(i);
     nonces.push_back(h.nonce);
   }
   establish(deadline, nonces);
@@ -226,7 +209,7 @@ void TcpTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
   listen_fd_ = -1;
 
   for (Peer& p : peers_) {
-    p.queue.resize(options_.queue);
+    p.queue.set_capacity(options_.queue);
     p.out.reset(new char[options_.chunk_bytes]);
     p.in = std::make_unique<StreamReader>(
         options_.chunk_bytes, heap.size(), timeout_, p.rank,
@@ -405,7 +388,7 @@ void TcpTransport::establish(Clock::time_point deadline, const std::vector<uint6
         }
         in.got += static_cast<size_t>(got);
         if (in.got < sizeof(in.hello)) continue;
-        Peer* p = find(in.hello.rank);
+        Peer* p = peers_.find(in.hello.rank);
         // Not one of ours: a stray connection, another job, or a rank that should dial no one
         // here. Dropped, and the job goes on waiting for the real one.
         if (in.hello.magic != kHelloMagic || in.hello.nonce != nonce_ || p == nullptr ||
@@ -445,17 +428,14 @@ void TcpTransport::establish(Clock::time_point deadline, const std::vector<uint6
 
 bool TcpTransport::send(int peer, const MessageHeader& header, int64_t src_offset,
                         uint64_t cookie) {
-  Peer* p = find(peer);
+  Peer* p = peers_.find(peer);
   if (!connected_ || closed_ || p == nullptr) {
     throw TransportError(peer, fmt::format("tcp: rank {} has no connection to rank {}{}", rank_,
                                            peer, connected_ ? " (not one of its peers)" : ""));
   }
   if (p->in->departed())
     fail(*p, "has stopped its proxy (said goodbye), yet this rank sends it a message");
-  if (p->queue_size == p->queue.size()) return false;
-  p->queue[(p->queue_head + p->queue_size) % p->queue.size()] = Pending{header, src_offset, cookie};
-  ++p->queue_size;
-  return true;
+  return p->queue.push(QueuedMessage{header, src_offset, cookie});
 }
 
 // Fills the (drained) staging buffer: headers and payloads of the queued messages, copied from
@@ -466,10 +446,7 @@ void TcpTransport::fill(Peer& p, Completion* out, size_t& n, size_t max) {
   reads_.clear();
   while (n < max) {
     if (!p.has_current) {
-      if (p.queue_size == 0) break;
-      p.current = p.queue[p.queue_head];
-      p.queue_head = (p.queue_head + 1) % p.queue.size();
-      --p.queue_size;
+      if (!p.queue.pop(p.current)) break;
       p.has_current = true;
       p.header_written = false;
       p.copied = 0;
@@ -557,9 +534,7 @@ size_t TcpTransport::poll(Completion* out, size_t max) {
 }
 
 std::string TcpTransport::peer_address(int peer) const {
-  if (peer < 0 || peer >= world_ || slot_of_.empty() || slot_of_[static_cast<size_t>(peer)] < 0)
-    return "not a peer";
-  return peers_[static_cast<size_t>(slot_of_[static_cast<size_t>(peer)])].address;
+  return peers_.address(peer);
 }
 
 void TcpTransport::close() {

@@ -28,17 +28,14 @@ void VerbsTransport::post_recv(Peer& p, size_t index) {
 
 bool VerbsTransport::send(int peer, const MessageHeader& header, int64_t src_offset,
                           uint64_t cookie) {
-  Peer* p = find(peer);
+  Peer* p = peers_.find(peer);
   if (!connected_ || closed_ || p == nullptr) {
     throw TransportError(peer, fmt::format("verbs: rank {} has no queue pair to rank {}{}", rank_,
                                            peer, connected_ ? " (not one of its peers)" : ""));
   }
   if (p->departed)
     fail(*p, "has stopped its proxy (said goodbye), yet this rank sends it a message");
-  if (p->queue_size == p->queue.size()) return false;
-  p->queue[(p->queue_head + p->queue_size) % p->queue.size()] = Pending{header, src_offset, cookie};
-  ++p->queue_size;
-  return true;
+  return p->queue.push(QueuedMessage{header, src_offset, cookie});
 }
 
 // Posts the current message's next fragment when the credits allow: payload write (unless
@@ -48,7 +45,7 @@ bool VerbsTransport::post_fragment(Peer& p, size_t index, Completion* out, size_
   const uint64_t m = static_cast<uint64_t>(options_.mailbox_slots);
   const uint64_t s = static_cast<uint64_t>(options_.staging_slots);
   const int64_t chunk = static_cast<int64_t>(options_.chunk_bytes);
-  const Pending& msg = p.current;
+  const QueuedMessage& msg = p.current;
   const bool local_staged = !direct_, remote_staged = !p.remote_direct;
   const int64_t left = msg.header.bytes - p.posted_bytes;
   const int64_t frag = std::min(left, local_staged || remote_staged ? chunk : max_fragment_);
@@ -190,10 +187,7 @@ size_t VerbsTransport::poll(Completion* out, size_t max) {
     Peer& p = peers_[i];
     while (true) {
       if (!p.has_current) {
-        if (p.queue_size == 0) break;
-        p.current = p.queue[p.queue_head];
-        p.queue_head = (p.queue_head + 1) % p.queue.size();
-        --p.queue_size;
+        if (!p.queue.pop(p.current)) break;
         p.has_current = true;
         p.posted_bytes = 0;
       }
@@ -349,9 +343,7 @@ void VerbsTransport::on_receive(Peer& p, size_t index, const ibv_wc& wc, Complet
 }
 
 std::string VerbsTransport::peer_address(int peer) const {
-  if (peer < 0 || peer >= world_ || slot_of_.empty() || slot_of_[static_cast<size_t>(peer)] < 0)
-    return "not a peer";
-  return peers_[static_cast<size_t>(slot_of_[static_cast<size_t>(peer)])].address;
+  return peers_.address(peer);
 }
 
 void VerbsTransport::close() {

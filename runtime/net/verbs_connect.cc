@@ -15,8 +15,7 @@
 namespace mkc::rt::net::verbs {
 
 void VerbsTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
-  if (connected_) throw InternalError("verbs: connect() called twice");
-  check_peer_list(params);
+  check_connect(params, connected_, "verbs");
   rank_ = params.rank;
   world_ = params.world;
   timeout_ = params.timeout;
@@ -76,13 +75,10 @@ void VerbsTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
       stage_mr_ = MKC_IBV_PTR(api_, reg_mr, -1, here, pd_, stage_.data.get(), stage_.bytes, access);
     }
 
-    slot_of_.assign(static_cast<size_t>(world_), -1);
-    peers_.resize(npeers);
+    peers_.assign(world_, mine);
     std::mt19937 rng(std::random_device{}());
     for (size_t i = 0; i < npeers; ++i) {
       Peer& p = peers_[i];
-      p.rank = mine[i];
-      slot_of_[static_cast<size_t>(p.rank)] = static_cast<int>(i);
       p.ctrl_offset = i * per_peer_ctrl;
       char* base = ctrl_.data.get() + p.ctrl_offset;
       p.mailbox = reinterpret_cast<Mail*>(base);
@@ -95,7 +91,7 @@ void VerbsTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
         p.send_stage = p.recv_stage + stage_slots * chunk;
       }
       p.psn = rng() & 0xffffff;
-      p.queue.resize(options_.queue);
+      p.queue.set_capacity(options_.queue);
       p.slots.resize(static_cast<size_t>(m));
       ibv_qp_init_attr init{};
       init.send_cq = cq_;

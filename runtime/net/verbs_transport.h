@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/net/peers.h"
 #include "runtime/net/verbs.h"
 #include "runtime/net/verbs_wire.h"
 
@@ -61,11 +62,6 @@ class VerbsTransport final : public Transport {
   void close() override;
 
  private:
-  struct Pending {
-    MessageHeader header;
-    int64_t src_offset;
-    uint64_t cookie;
-  };
   struct SlotRecord {
     uint64_t cookie = 0;
     Clock::time_point posted{};
@@ -97,10 +93,9 @@ class VerbsTransport final : public Transport {
     char* send_stage = nullptr;
 
     // Sending.
-    std::vector<Pending> queue;
-    size_t queue_head = 0, queue_size = 0;
+    SendQueue queue;
     bool has_current = false;
-    Pending current{};
+    QueuedMessage current{};
     int64_t posted_bytes = 0;       // of the current message
     uint64_t msg_seq = 0;           // fragments posted
     uint64_t hdr_done = 0;          // fragments whose header write completed
@@ -127,11 +122,6 @@ class VerbsTransport final : public Transport {
   }
   std::string for_peer(int rank) const {
     return fmt::format(" (rank {}, for rank {})", rank_, rank);
-  }
-  Peer* find(int rank) {
-    if (rank < 0 || rank >= world_ || slot_of_.empty()) return nullptr;
-    const int s = slot_of_[static_cast<size_t>(rank)];
-    return s < 0 ? nullptr : &peers_[static_cast<size_t>(s)];
   }
   void register_heap();
   void to_init(Peer& p);
@@ -167,8 +157,7 @@ class VerbsTransport final : public Transport {
   bool direct_ = false;  // the heap is registered
   uint64_t heap_base_ = 0;
   PageBuffer ctrl_, stage_;
-  std::vector<Peer> peers_;
-  std::vector<int> slot_of_;
+  PeerTable<Peer> peers_;
   std::vector<ibv_wc> wcs_;
 };
 
