@@ -14,6 +14,8 @@
 #include <cstring>
 #include <random>
 
+#include "runtime/net/conn_details.h"
+#include "runtime/net/peers.h"
 #include "runtime/net/tcp_stream.h"
 
 namespace mkc::rt::net {
@@ -23,8 +25,8 @@ using Clock = std::chrono::steady_clock;
 using tcp::StreamReader;
 using tcp::WireHeader;  // the message framing: runtime/net/tcp_stream.h
 
-constexpr uint32_t kBlobMagic = 0x4d4b4e54;   // "MKNT": a tcp transport's all_gather blob
-constexpr uint32_t kBlobVersion = 1;          // bumped when the wire format changes
+// A tcp transport's all_gather blob: "MKNT", version 1 (bumped when the wire format changes).
+constexpr DetailsFormat kDetails{"tcp", 0x4d4b4e54, 1};
 constexpr uint32_t kHelloMagic = 0x4d4b4e48;  // "MKNH": a dialling rank introduces itself
 constexpr uint32_t kAckMagic = 0x4d4b4e41;    // "MKNA": the accepting rank took it
 
@@ -117,12 +119,6 @@ class TcpTransport final : public Transport {
   void close() override;
 
  private:
-  struct Pending {
-    MessageHeader header;
-    int64_t src_offset;
-    uint64_t cookie;
-  };
-
   struct Peer {
     int rank = -1;
     std::string address;
@@ -130,11 +126,10 @@ class TcpTransport final : public Transport {
     bool gone = false;  // connection closed after the goodbye
 
     // Sending: queued messages (a ring), the one being copied out, the staging buffer.
-    std::vector<Pending> queue;
-    size_t queue_head = 0, queue_size = 0;
+    SendQueue queue;
     bool has_current = false;
     bool header_written = false;
-    Pending current{};
+    QueuedMessage current{};
     int64_t copied = 0;
     std::unique_ptr<char[]> out;
     size_t out_len = 0, out_pos = 0;
@@ -148,11 +143,6 @@ class TcpTransport final : public Transport {
   [[noreturn]] void fail(const Peer& p, const std::string& what) const {
     throw TransportError(
         p.rank, fmt::format("tcp: rank {}: rank {} at {}: {}", rank_, p.rank, p.address, what));
-  }
-  Peer* find(int rank) {
-    if (rank < 0 || rank >= world_ || slot_of_.empty()) return nullptr;
-    const int s = slot_of_[static_cast<size_t>(rank)];
-    return s < 0 ? nullptr : &peers_[static_cast<size_t>(s)];
   }
   void establish(Clock::time_point deadline, const std::vector<uint64_t>& nonces);
   void fill(Peer& p, Completion* out, size_t& n, size_t max);
@@ -168,15 +158,13 @@ class TcpTransport final : public Transport {
   bool closed_ = false;
   int listen_fd_ = -1;
   uint64_t nonce_ = 0;
-  std::vector<Peer> peers_;      // in rank order
-  std::vector<int> slot_of_;     // rank -> index into peers_, or -1
+  PeerTable<Peer> peers_;        // in rank order
   std::vector<pollfd> fds_;      // one per peer, same order
   std::vector<ReadSpan> reads_;  // fill()'s batch of payload copies
 };
 
 void TcpTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
-  if (connected_) throw InternalError("tcp: connect() called twice");
-  check_peer_list(params);
+  check_connect(params, connected_, "tcp");
   rank_ = params.rank;
   world_ = params.world;
   timeout_ = params.timeout;
@@ -203,57 +191,17 @@ void TcpTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
 
   std::vector<int> mine = params.peers;
   std::sort(mine.begin(), mine.end());
-  BlobHead head{kBlobMagic,
-                kBlobVersion,
-                rank_,
-                world_,
-                me.sin_addr.s_addr,
-                me.sin_port,
-                0,
-                nonce_,
-                static_cast<uint32_t>(mine.size()),
-                0};
-  std::string blob(reinterpret_cast<const char*>(&head), sizeof(head));
-  blob.append(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(int));
+  BlobHead head{};
+  head.ipv4 = me.sin_addr.s_addr;
+  head.port = me.sin_port;
+  head.nonce = nonce_;
+  const auto details = exchange_details(params, head, mine, kDetails);
 
-  const std::vector<std::string> blobs = params.all_gather(blob);
-  if (static_cast<int>(blobs.size()) != world_) {
-    throw InternalError(
-        fmt::format("tcp: all_gather gave {} blobs for a world of {}", blobs.size(), world_));
-  }
-  std::vector<std::vector<int>> lists(static_cast<size_t>(world_));
-  std::vector<BlobHead> heads(static_cast<size_t>(world_));
-  for (int r = 0; r < world_; ++r) {
-    const std::string& b = blobs[static_cast<size_t>(r)];
-    BlobHead h{};
-    bool ok = b.size() >= sizeof(h);
-    if (ok) std::memcpy(&h, b.data(), sizeof(h));
-    ok = ok && h.magic == kBlobMagic && h.version == kBlobVersion && h.rank == r &&
-         h.world == world_ && h.npeers <= static_cast<uint32_t>(world_) &&
-         b.size() == sizeof(h) + h.npeers * sizeof(int);
-    if (!ok) {
-      throw TransportError(
-          r, fmt::format("tcp: rank {}'s connection details from the all_gather are not "
-                         "those of this mkc build's tcp transport ({} bytes): every rank "
-                         "must run the same mkc, with the same MKC_NET",
-                         r, b.size()));
-    }
-    std::vector<int>& l = lists[static_cast<size_t>(r)];
-    l.resize(h.npeers);
-    std::memcpy(l.data(), b.data() + sizeof(h), h.npeers * sizeof(int));
-    heads[static_cast<size_t>(r)] = h;
-  }
-  check_symmetric(rank_, lists);
-
-  slot_of_.assign(static_cast<size_t>(world_), -1);
-  peers_.resize(mine.size());
+  peers_.assign(world_, mine);
   std::vector<uint64_t> nonces;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const BlobHead& h = heads[static_cast<size_t>(mine[i])];
-    Peer& p = peers_[i];
-    p.rank = mine[i];
+  for (Peer& p : peers_) {
+    const BlobHead& h = details[static_cast<size_t>(p.rank)].head;
     p.address = address_text(h.ipv4, h.port);
-    slot_of_[static_cast<size_t>(p.rank)] = static_cast<int>(i);
     nonces.push_back(h.nonce);
   }
   establish(deadline, nonces);
@@ -261,7 +209,7 @@ void TcpTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
   listen_fd_ = -1;
 
   for (Peer& p : peers_) {
-    p.queue.resize(options_.queue);
+    p.queue.set_capacity(options_.queue);
     p.out.reset(new char[options_.chunk_bytes]);
     p.in = std::make_unique<StreamReader>(
         options_.chunk_bytes, heap.size(), timeout_, p.rank,
@@ -440,7 +388,7 @@ void TcpTransport::establish(Clock::time_point deadline, const std::vector<uint6
         }
         in.got += static_cast<size_t>(got);
         if (in.got < sizeof(in.hello)) continue;
-        Peer* p = find(in.hello.rank);
+        Peer* p = peers_.find(in.hello.rank);
         // Not one of ours: a stray connection, another job, or a rank that should dial no one
         // here. Dropped, and the job goes on waiting for the real one.
         if (in.hello.magic != kHelloMagic || in.hello.nonce != nonce_ || p == nullptr ||
@@ -480,17 +428,14 @@ void TcpTransport::establish(Clock::time_point deadline, const std::vector<uint6
 
 bool TcpTransport::send(int peer, const MessageHeader& header, int64_t src_offset,
                         uint64_t cookie) {
-  Peer* p = find(peer);
+  Peer* p = peers_.find(peer);
   if (!connected_ || closed_ || p == nullptr) {
     throw TransportError(peer, fmt::format("tcp: rank {} has no connection to rank {}{}", rank_,
                                            peer, connected_ ? " (not one of its peers)" : ""));
   }
   if (p->in->departed())
     fail(*p, "has stopped its proxy (said goodbye), yet this rank sends it a message");
-  if (p->queue_size == p->queue.size()) return false;
-  p->queue[(p->queue_head + p->queue_size) % p->queue.size()] = Pending{header, src_offset, cookie};
-  ++p->queue_size;
-  return true;
+  return p->queue.push(QueuedMessage{header, src_offset, cookie});
 }
 
 // Fills the (drained) staging buffer: headers and payloads of the queued messages, copied from
@@ -501,10 +446,7 @@ void TcpTransport::fill(Peer& p, Completion* out, size_t& n, size_t max) {
   reads_.clear();
   while (n < max) {
     if (!p.has_current) {
-      if (p.queue_size == 0) break;
-      p.current = p.queue[p.queue_head];
-      p.queue_head = (p.queue_head + 1) % p.queue.size();
-      --p.queue_size;
+      if (!p.queue.pop(p.current)) break;
       p.has_current = true;
       p.header_written = false;
       p.copied = 0;
@@ -592,9 +534,7 @@ size_t TcpTransport::poll(Completion* out, size_t max) {
 }
 
 std::string TcpTransport::peer_address(int peer) const {
-  if (peer < 0 || peer >= world_ || slot_of_.empty() || slot_of_[static_cast<size_t>(peer)] < 0)
-    return "not a peer";
-  return peers_[static_cast<size_t>(slot_of_[static_cast<size_t>(peer)])].address;
+  return peers_.address(peer);
 }
 
 void TcpTransport::close() {

@@ -24,6 +24,11 @@ void check_peer_list(const ConnectParams& p) {
   if (!p.all_gather) throw UserError("transport: connect() needs an all_gather");
 }
 
+void check_connect(const ConnectParams& p, bool connected, const char* transport) {
+  if (connected) throw InternalError(fmt::format("{}: connect() called twice", transport));
+  check_peer_list(p);
+}
+
 void check_symmetric(int rank, const std::vector<std::vector<int>>& lists) {
   const auto lists_rank = [&](int who, int whom) {
     const std::vector<int>& l = lists[static_cast<size_t>(who)];

@@ -109,6 +109,10 @@ class Transport {
 // Throws UserError unless `p` names distinct peers in [0, world) other than `rank`.
 void check_peer_list(const ConnectParams& p);
 
+// What every connect() checks first: InternalError when `connected` (connect() called twice on
+// the `transport` transport), then check_peer_list(p).
+void check_connect(const ConnectParams& p, bool connected, const char* transport);
+
 // Given every rank's peer list (lists[r] for rank r), throws EnvironmentError unless rank `rank`'s
 // relation with each peer is mutual.
 void check_symmetric(int rank, const std::vector<std::vector<int>>& lists);

@@ -32,6 +32,12 @@
 // reposts the receive, and returns credits (mailbox slots and staging slots it has freed) with an
 // RDMA WRITE into the sender's credit words. Every write is bounded: a completion that does not
 // come within ConnectParams::timeout, or credits that stop coming, are errors naming the peer.
+//
+// The files, one concern each: verbs_loader.h (the entry point table, dlopen), verbs_calls.h
+// (checked calls, the text of failures), verbs_wire.h (connection details, mailbox headers,
+// credits, work request ids), verbs_port.cc (port choice), verbs_transport.h (the transport's
+// state), verbs_connect.cc (registration, queue pairs, their state transitions) and verbs.cc
+// (sending, credits, completions, receiving, teardown).
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -41,49 +47,9 @@
 #include <vector>
 
 #include "runtime/net/transport.h"
+#include "runtime/net/verbs_loader.h"
 
 namespace mkc::rt::net {
-
-// X-macro: every entry point libibverbs exports that the transport uses, without the ibv_ prefix
-// (some of the prefixed names are macros in verbs.h). Typed from the header's declarations.
-#define MKC_VERBS_ENTRY_POINTS(X) \
-  X(get_device_list)              \
-  X(free_device_list)             \
-  X(get_device_name)              \
-  X(open_device)                  \
-  X(close_device)                 \
-  X(query_device)                 \
-  X(query_gid)                    \
-  X(alloc_pd)                     \
-  X(dealloc_pd)                   \
-  X(create_cq)                    \
-  X(destroy_cq)                   \
-  X(create_qp)                    \
-  X(destroy_qp)                   \
-  X(modify_qp)                    \
-  X(reg_mr)                       \
-  X(dereg_mr)                     \
-  X(wc_status_str)
-
-// The library's functions, and the calls verbs.h makes inline (through the context's ops).
-struct VerbsApi {
-#define MKC_VERBS_MEMBER(name) decltype(&::ibv_##name) name = nullptr;
-  MKC_VERBS_ENTRY_POINTS(MKC_VERBS_MEMBER)
-#undef MKC_VERBS_MEMBER
-  // rdma-core 34 and later; null when the library lacks it (then GPU memory is staged).
-  decltype(&::ibv_reg_dmabuf_mr) reg_dmabuf_mr = nullptr;
-  // Inline in verbs.h; the loaded table points them at the context's ops.
-  int (*query_port)(ibv_context*, uint8_t, ibv_port_attr*) = nullptr;
-  int (*post_send)(ibv_qp*, ibv_send_wr*, ibv_send_wr**) = nullptr;
-  int (*post_recv)(ibv_qp*, ibv_recv_wr*, ibv_recv_wr**) = nullptr;
-  int (*poll_cq)(ibv_cq*, int, ibv_wc*) = nullptr;
-  // Where it came from: "libibverbs.so.1", or a fake's name.
-  std::string library;
-};
-
-// Loads `library` with dlopen and resolves every entry point. Throws EnvironmentError naming the
-// library and the dlopen error, or the entry point it lacks. The handle stays open for the process.
-VerbsApi load_verbs(const char* library = "libibverbs.so.1");
 
 struct VerbsOptions {
   // MKC_IB_HCA: "mlx5_0", "mlx5_0:1", or a comma list of them; empty: the first active port.

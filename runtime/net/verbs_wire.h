@@ -1,0 +1,79 @@
+// What the verbs transport puts on the wire: the connection details each rank publishes through
+// the all_gather (a head, and one entry per peer), the 64-byte header of a fragment written into
+// the peer's mailbox, the credit words, and the ids of work requests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "runtime/net/conn_details.h"
+
+namespace mkc::rt::net::verbs {
+
+// A verbs transport's all_gather blob: "MKNV", version 1 (bumped when the wire format changes).
+constexpr DetailsFormat kDetails{"verbs", 0x4d4b4e56, 1};
+constexpr uint32_t kMailMagic = 0x4d4b4d4c;  // "MKML"
+
+struct BlobHead {
+  uint64_t heap_base, heap_bytes, ctrl_base, stage_base, chunk_bytes;
+  uint32_t magic, version;
+  int32_t rank, world;
+  uint32_t port, link_layer, active_mtu, lid, gid_index, direct;
+  uint32_t heap_rkey, ctrl_rkey, stage_rkey, mailbox_slots, staging_slots, npeers;
+  uint8_t gid[16];
+  char device[64];
+};
+static_assert(sizeof(BlobHead) == 184, "the blob head has no hidden padding");
+
+// One per peer in a rank's blob: the queue pair it made for that peer, where that peer's areas
+// are in its control and staging regions.
+struct BlobPeer {
+  uint64_t ctrl_offset, stage_offset;
+  int32_t rank;
+  uint32_t qpn, psn, pad;
+};
+static_assert(sizeof(BlobPeer) == 32, "a blob peer entry has no hidden padding");
+
+// A fragment's header, written into the receiver's mailbox slot seq % mailbox_slots.
+struct Mail {
+  uint64_t seq;
+  int64_t dst_offset;
+  int64_t bytes;
+  int32_t event;
+  uint32_t flags;
+  uint32_t stage_slot;
+  uint32_t magic;
+  uint64_t pad[3];
+};
+static_assert(sizeof(Mail) == 64, "a mailbox slot is one line");
+constexpr uint32_t kLast = 1, kStaged = 2, kBye = 4;
+
+// Per peer in the control region: mailbox [M], outgoing headers [M], credits in, credits out.
+struct Credits {
+  uint64_t mailbox;  // mailbox slots the receiver has freed
+  uint64_t staging;  // staging slots it has freed
+  uint64_t pad[6];
+};
+static_assert(sizeof(Credits) == 64, "credit words on a line of their own");
+
+// A work request's id: what it is, for which peer (index in peers_), which fragment.
+enum WrKind : uint64_t { kPayloadWr = 1, kHeaderWr = 2, kCreditWr = 3, kRecvWr = 4 };
+constexpr uint64_t wr_id(WrKind kind, size_t peer, uint64_t seq) {
+  return (static_cast<uint64_t>(kind) << 61) | (static_cast<uint64_t>(peer) << 40) |
+         (seq & ((uint64_t{1} << 40) - 1));
+}
+constexpr WrKind wr_kind(uint64_t id) {
+  return static_cast<WrKind>(id >> 61);
+}
+constexpr size_t wr_peer(uint64_t id) {
+  return static_cast<size_t>((id >> 40) & ((uint64_t{1} << 21) - 1));
+}
+constexpr uint64_t wr_seq(uint64_t id) {
+  return id & ((uint64_t{1} << 40) - 1);
+}
+
+// A GID as an IPv6 address: "fe80::1".
+std::string gid_text(const uint8_t* raw);
+
+}  // namespace mkc::rt::net::verbs
