@@ -70,109 +70,6 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-// S(64 x 128, f32) = (accumulate ? S : 0) + A(64 x 16, K-major smem) x B(16 x 128, K-major smem):
-// Q Kᵀ, both operands with the head dim contiguous (no transpose of B).
-#define MKC_DEFINE_WGMMA_QK(AB)                                                                   \
-  __device__ __forceinline__ void wgmma_qk_##AB(float* d, u64 da, u64 db, int accumulate) {       \
-    asm volatile(                                                                                 \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                              \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." #AB "." #AB                                \
-        " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "   \
-        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "   \
-        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"   \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),     \
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),           \
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),           \
-          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),           \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),           \
-          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),           \
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),           \
-          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),           \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),           \
-          "+f"(d[62]), "+f"(d[63])                                                                \
-        : "l"(da), "l"(db), "r"(accumulate));                                                     \
-  }
-MKC_DEFINE_WGMMA_QK(bf16)
-MKC_DEFINE_WGMMA_QK(f16)
-#undef MKC_DEFINE_WGMMA_QK
-
-// O(64 x 128, f32) += A(64 x 16, registers) x B(16 x 128, N-major smem): P V with P from the
-// registers of the softmax (four 32-bit words of two 16-bit values each).
-#define MKC_DEFINE_WGMMA_PV128(AB)                                                                \
-  __device__ __forceinline__ void wgmma_pv128_##AB(float* d, const unsigned* a, u64 db) {         \
-    asm volatile(                                                                                 \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                              \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." #AB "." #AB                                \
-        " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "   \
-        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "   \
-        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, "  \
-        "1, "                                                                                     \
-        "1, 1;\n}\n"                                                                              \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),     \
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),           \
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),           \
-          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),           \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),           \
-          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),           \
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),           \
-          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),           \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),           \
-          "+f"(d[62]), "+f"(d[63])                                                                \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));                           \
-  }
-MKC_DEFINE_WGMMA_PV128(bf16)
-MKC_DEFINE_WGMMA_PV128(f16)
-#undef MKC_DEFINE_WGMMA_PV128
-
-#define MKC_DEFINE_WGMMA_PV64(AB)                                                                  \
-  __device__ __forceinline__ void wgmma_pv64_##AB(float* d, const unsigned* a, u64 db) {           \
-    asm volatile(                                                                                  \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                               \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." #AB "." #AB                                  \
-        " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "  \
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, " \
-        "%36, p, 1, 1, 1;\n}\n"                                                                    \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),            \
-          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])             \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));                            \
-  }
-MKC_DEFINE_WGMMA_PV64(bf16)
-MKC_DEFINE_WGMMA_PV64(f16)
-#undef MKC_DEFINE_WGMMA_PV64
-
-template <typename T>
-__device__ __forceinline__ void wgmma_qk(float* d, u64 da, u64 db, int accumulate) {
-  if constexpr (is_same<T, __nv_bfloat16>::value) {
-    wgmma_qk_bf16(d, da, db, accumulate);
-  } else {
-    wgmma_qk_f16(d, da, db, accumulate);
-  }
-}
-
-template <typename T, int D>
-__device__ __forceinline__ void wgmma_pv(float* d, const unsigned* a, u64 db) {
-  if constexpr (D == 128) {
-    if constexpr (is_same<T, __nv_bfloat16>::value) {
-      wgmma_pv128_bf16(d, a, db);
-    } else {
-      wgmma_pv128_f16(d, a, db);
-    }
-  } else {
-    if constexpr (is_same<T, __nv_bfloat16>::value) {
-      wgmma_pv64_bf16(d, a, db);
-    } else {
-      wgmma_pv64_f16(d, a, db);
-    }
-  }
-}
-
 // Named barriers of the tile (0 is __syncthreads): the producer waits on kBarRegs for both
 // consumers to have given their registers back; the consumers take turns at their MMAs on
 // kBarTurn + w; each consumer warpgroup meets on kBarGroup + w before its setmaxnreg (kBarRegs
@@ -319,7 +216,8 @@ __device__ __forceinline__ void attn_issue_qk(float* sc, const unsigned char* q_
     const int box = kk / 4, within = (kk % 4) * 32;
     const u64 da = smem_desc(q_smem + box * S::kQBoxBytes + w * 64 * 128 + within, 16, 1024);
     const u64 db = smem_desc(k_smem + box * S::kKBoxBytes + within, 16, 1024);
-    wgmma_qk<T>(sc, da, db, kk > 0);
+    // B = K is K-major (no transpose); the first step overwrites S.
+    wgmma_tile<T, S::kBN, 0>(sc, da, db, kk > 0);
   }
 }
 
@@ -332,7 +230,8 @@ __device__ __forceinline__ void attn_issue_pv(float* o, const unsigned* p,
   for (int kk = 0; kk < S::kBN / 16; ++kk) {
     // V N-major: 16 keys = 16 rows of 128 bytes down; 64-column boxes kKBoxBytes apart.
     const u64 db = smem_desc(v_smem + kk * 16 * 128, S::kKBoxBytes, 1024);
-    wgmma_pv<T, D>(o, p + 4 * kk, db);
+    // A = P from registers, four words per 16-key step (attn_pack_p).
+    wgmma_tile_rs<T, D>(o, p + 4 * kk, db);
   }
 }
 

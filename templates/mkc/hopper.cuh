@@ -1,6 +1,7 @@
 // Hopper (sm_90a) primitives shared by the tensor-core tiles (gemm_sm90.cuh, attention_sm90.cuh):
 // mbarriers, TMA bulk tensor copies, wgmma shared-memory descriptors and instructions. One
-// wrapper per PTX instruction; the PTX ISA's names are kept.
+// wrapper per PTX instruction (wgmma.mma_async: per shape, type and source of A); the PTX ISA's
+// names are kept. The tiles declare no wgmma of their own.
 // Compiled by NVRTC only.
 #pragma once
 
@@ -101,113 +102,135 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-// D(64 x N, f32) += A(64 x 16, K-major) x B(16 x N, N-major); scale-d = 1, B transposed.
-// One generator per width (the operand lists differ), instantiated for bf16 and f16.
-#define MKC_DEFINE_WGMMA_64(AB)                                                                    \
-  __device__ __forceinline__ void wgmma_m64n64k16_##AB(float* d, u64 da, u64 db) {                 \
-    asm volatile(                                                                                  \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                               \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." #AB "." #AB                                  \
-        " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "  \
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, " \
-        "1;\n}\n"                                                                                  \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),            \
-          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])             \
-        : "l"(da), "l"(db), "r"(1));                                                               \
-  }
-MKC_DEFINE_WGMMA_64(bf16)
-MKC_DEFINE_WGMMA_64(f16)
-#undef MKC_DEFINE_WGMMA_64
+// The accumulator operands of the wgmma wrappers below: D (64 x N, f32) is N / 2 registers per
+// thread, PTX operands %0.. (strings) and "+f" constraints, for N = 64, 128 and 256.
+#define MKC_WGMMA_D32                                                                          \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define MKC_WGMMA_D64                                                                       \
+  MKC_WGMMA_D32                                                                             \
+  ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, " \
+  "%49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define MKC_WGMMA_D128                                                                         \
+  MKC_WGMMA_D64                                                                                \
+  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, "    \
+  "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, " \
+  "%99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, "  \
+  "%114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define MKC_WGMMA_D32_OPS(d)                                                                      \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define MKC_WGMMA_D64_OPS(d)                                                                     \
+  MKC_WGMMA_D32_OPS(d), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),         \
+      "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
+      "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), \
+      "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), \
+      "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define MKC_WGMMA_D128_OPS(d)                                                                    \
+  MKC_WGMMA_D64_OPS(d), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]),         \
+      "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), \
+      "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), \
+      "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), \
+      "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), \
+      "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]),           \
+      "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]),        \
+      "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]),        \
+      "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),        \
+      "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),        \
+      "+f"(d[127])
 
-#define MKC_DEFINE_WGMMA_128(AB)                                                                  \
-  __device__ __forceinline__ void wgmma_m64n128k16_##AB(float* d, u64 da, u64 db) {               \
-    asm volatile(                                                                                 \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                              \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." #AB "." #AB                                \
-        " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "   \
-        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "   \
-        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n"   \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),     \
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),           \
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),           \
-          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),           \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),           \
-          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),           \
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),           \
-          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),           \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),           \
-          "+f"(d[62]), "+f"(d[63])                                                                \
-        : "l"(da), "l"(db), "r"(1));                                                              \
+// D(64 x N, f32) = (accumulate ? D : 0) + A(64 x 16) x B(16 x N), scale-a = scale-b = 1, one
+// wgmma.mma_async per call, in two forms:
+//   wgmma_m64n<N>k16_<ab>:    A and B in shared memory (descriptors da, db), A K-major;
+//   wgmma_m64n<N>k16_rs_<ab>: A from registers (four 32-bit words of two 16-bit values each, in
+//                             the accumulator layout of a 64 x 16 tile), B in shared memory.
+// kTransB: B N-major (1, the GEMM's B and attention's V) or K-major (0, attention's K in Q Kᵀ).
+// One generator per (width, type); I0..I6 are the PTX operand numbers after D's (32, 64 or 128):
+// the shared-memory form takes da, db, accumulate, kTransB; the register form a[0..3], db,
+// accumulate, kTransB. The GEMM tiles always accumulate (their accumulators start at zero).
+#define MKC_DEFINE_WGMMA(N, AB, DREGS, DOPS, I0, I1, I2, I3, I4, I5, I6)                          \
+  template <int kTransB = 1>                                                                      \
+  __device__ __forceinline__ void wgmma_m64n##N##k16_##AB(float* d, u64 da, u64 db,               \
+                                                          int accumulate = 1) {                   \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #I2                                         \
+                 ", 0;\n"                                                                         \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #AB "." #AB " {" DREGS         \
+                 "}, %" #I0 ", %" #I1 ", p, 1, 1, 0, %" #I3 ";\n}\n"                              \
+                 : DOPS(d)                                                                        \
+                 : "l"(da), "l"(db), "r"(accumulate), "n"(kTransB));                              \
+  }                                                                                               \
+  template <int kTransB = 1>                                                                      \
+  __device__ __forceinline__ void wgmma_m64n##N##k16_rs_##AB(float* d, const unsigned* a, u64 db, \
+                                                             int accumulate = 1) {                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #I5                                         \
+                 ", 0;\n"                                                                         \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #AB "." #AB " {" DREGS         \
+                 "}, {%" #I0 ", %" #I1 ", %" #I2 ", %" #I3 "}, %" #I4 ", p, 1, 1, %" #I6 ";\n}\n" \
+                 : DOPS(d)                                                                        \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate),          \
+                   "n"(kTransB));                                                                 \
   }
-MKC_DEFINE_WGMMA_128(bf16)
-MKC_DEFINE_WGMMA_128(f16)
-#undef MKC_DEFINE_WGMMA_128
+MKC_DEFINE_WGMMA(64, bf16, MKC_WGMMA_D32, MKC_WGMMA_D32_OPS, 32, 33, 34, 35, 36, 37, 38)
+MKC_DEFINE_WGMMA(64, f16, MKC_WGMMA_D32, MKC_WGMMA_D32_OPS, 32, 33, 34, 35, 36, 37, 38)
+MKC_DEFINE_WGMMA(128, bf16, MKC_WGMMA_D64, MKC_WGMMA_D64_OPS, 64, 65, 66, 67, 68, 69, 70)
+MKC_DEFINE_WGMMA(128, f16, MKC_WGMMA_D64, MKC_WGMMA_D64_OPS, 64, 65, 66, 67, 68, 69, 70)
+MKC_DEFINE_WGMMA(256, bf16, MKC_WGMMA_D128, MKC_WGMMA_D128_OPS, 128, 129, 130, 131, 132, 133, 134)
+MKC_DEFINE_WGMMA(256, f16, MKC_WGMMA_D128, MKC_WGMMA_D128_OPS, 128, 129, 130, 131, 132, 133, 134)
+#undef MKC_DEFINE_WGMMA
+#undef MKC_WGMMA_D32
+#undef MKC_WGMMA_D64
+#undef MKC_WGMMA_D128
+#undef MKC_WGMMA_D32_OPS
+#undef MKC_WGMMA_D64_OPS
+#undef MKC_WGMMA_D128_OPS
 
-#define MKC_DEFINE_WGMMA_256(AB)                                                                   \
-  __device__ __forceinline__ void wgmma_m64n256k16_##AB(float* d, u64 da, u64 db) {                \
-    asm volatile(                                                                                  \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                              \
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32." #AB "." #AB                                 \
-        " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "  \
-        "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "    \
-        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "    \
-        "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "    \
-        "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "    \
-        "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "      \
-        "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "     \
-        "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, " \
-        "0, 1;\n}\n"                                                                               \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),            \
-          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),            \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),            \
-          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),            \
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),            \
-          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),            \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),            \
-          "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]),            \
-          "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]),            \
-          "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),            \
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),            \
-          "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),            \
-          "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),            \
-          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),        \
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),      \
-          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),      \
-          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),      \
-          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])       \
-        : "l"(da), "l"(db), "r"(1));                                                               \
-  }
-MKC_DEFINE_WGMMA_256(bf16)
-MKC_DEFINE_WGMMA_256(f16)
-#undef MKC_DEFINE_WGMMA_256
-
-template <typename T, int BN>
-__device__ __forceinline__ void wgmma_tile(float* d, u64 da, u64 db) {
+// One wgmma of a 64 x BN tile with 16-bit inputs T (bf16 or f16), A in shared memory.
+template <typename T, int BN, int kTransB = 1>
+__device__ __forceinline__ void wgmma_tile(float* d, u64 da, u64 db, int accumulate = 1) {
   constexpr bool bf = is_same<T, __nv_bfloat16>::value;
   static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma tiles are 64, 128 or 256 wide here");
   if constexpr (BN == 256) {
     if constexpr (bf)
-      wgmma_m64n256k16_bf16(d, da, db);
+      wgmma_m64n256k16_bf16<kTransB>(d, da, db, accumulate);
     else
-      wgmma_m64n256k16_f16(d, da, db);
+      wgmma_m64n256k16_f16<kTransB>(d, da, db, accumulate);
   } else if constexpr (BN == 64) {
     if constexpr (bf)
-      wgmma_m64n64k16_bf16(d, da, db);
+      wgmma_m64n64k16_bf16<kTransB>(d, da, db, accumulate);
     else
-      wgmma_m64n64k16_f16(d, da, db);
+      wgmma_m64n64k16_f16<kTransB>(d, da, db, accumulate);
   } else {
     if constexpr (bf)
-      wgmma_m64n128k16_bf16(d, da, db);
+      wgmma_m64n128k16_bf16<kTransB>(d, da, db, accumulate);
     else
-      wgmma_m64n128k16_f16(d, da, db);
+      wgmma_m64n128k16_f16<kTransB>(d, da, db, accumulate);
+  }
+}
+
+// The same with A from registers (`a`: the four words of this thread's A fragment).
+template <typename T, int BN, int kTransB = 1>
+__device__ __forceinline__ void wgmma_tile_rs(float* d, const unsigned* a, u64 db,
+                                              int accumulate = 1) {
+  constexpr bool bf = is_same<T, __nv_bfloat16>::value;
+  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma tiles are 64, 128 or 256 wide here");
+  if constexpr (BN == 256) {
+    if constexpr (bf)
+      wgmma_m64n256k16_rs_bf16<kTransB>(d, a, db, accumulate);
+    else
+      wgmma_m64n256k16_rs_f16<kTransB>(d, a, db, accumulate);
+  } else if constexpr (BN == 64) {
+    if constexpr (bf)
+      wgmma_m64n64k16_rs_bf16<kTransB>(d, a, db, accumulate);
+    else
+      wgmma_m64n64k16_rs_f16<kTransB>(d, a, db, accumulate);
+  } else {
+    if constexpr (bf)
+      wgmma_m64n128k16_rs_bf16<kTransB>(d, a, db, accumulate);
+    else
+      wgmma_m64n128k16_rs_f16<kTransB>(d, a, db, accumulate);
   }
 }
 
