@@ -11,43 +11,51 @@
 namespace mkc::kinds {
 namespace {
 
+// A reduce_slots task's arguments by name.
+struct SlotsArgs {
+  abi::ReduceSlotsHead head;
+  std::vector<int64_t> xlo, xhi;  // the box of the rank's own data (view 0)
+  std::vector<int64_t> lo, hi;    // the box of each slot (view 1, after its slot index)
+};
+
+SlotsArgs decode(const Task& t) {
+  SlotsArgs a;
+  a.head = plan::args_as<abi::ReduceSlotsHead>(t);
+  size_t pos = sizeof(abi::ReduceSlotsHead) / 8;
+  read_range(t.args, &pos, &a.xlo, &a.xhi);
+  read_range(t.args, &pos, &a.lo, &a.hi);
+  return a;
+}
+
 class ReduceSlots final : public Kind {
  public:
   ReduceSlots() : Kind(TaskKind::kReduceSlots) {}
 
   std::vector<Touch> touches(const Task& t) const override {
-    const abi::ReduceSlotsHead h = plan::args_as<abi::ReduceSlotsHead>(t);
-    int pos = sizeof(abi::ReduceSlotsHead) / 8;
-    const abi::Range x = plan::read_range(t, &pos);
-    const abi::Range sl = plan::read_range(t, &pos);
-    const std::vector<int64_t> xlo(x.lo, x.lo + x.n), xhi(x.hi, x.hi + x.n);
+    const SlotsArgs a = decode(t);
     std::vector<Touch> out;
-    out.push_back(Touch{0, xlo, xhi, false});
+    out.push_back(Touch{0, a.xlo, a.xhi, false});
     for (int64_t s = 0; s < t.views[1].shape[0]; ++s) {
-      if (s == h.self) continue;
+      if (s == a.head.self) continue;
       std::vector<int64_t> lo = {s}, hi = {s + 1};
-      lo.insert(lo.end(), sl.lo, sl.lo + sl.n);
-      hi.insert(hi.end(), sl.hi, sl.hi + sl.n);
+      lo.insert(lo.end(), a.lo.begin(), a.lo.end());
+      hi.insert(hi.end(), a.hi.begin(), a.hi.end());
       out.push_back(Touch{1, lo, hi, false});
     }
-    if (h.out_in_x_coords) {
-      out.push_back(Touch{2, xlo, xhi, true});
+    if (a.head.out_in_x_coords) {
+      out.push_back(Touch{2, a.xlo, a.xhi, true});
     } else {
-      out.push_back(Touch{2, std::vector<int64_t>(sl.lo, sl.lo + sl.n),
-                          std::vector<int64_t>(sl.hi, sl.hi + sl.n), true});
+      out.push_back(Touch{2, a.lo, a.hi, true});
     }
     return out;
   }
 
   void execute(const Memory& mem, const Task& t) const override {
     const auto buf = [&](const View& v) -> std::vector<double>& { return mem.of(v); };
-    const abi::ReduceSlotsHead head = plan::args_as<abi::ReduceSlotsHead>(t);
-    const int64_t op = head.op, self = head.self;
-    const bool out_x = head.out_in_x_coords;
-    std::vector<int64_t> xlo, xhi, lo, hi;
-    size_t pos = sizeof(abi::ReduceSlotsHead) / 8;
-    read_range(t.args, &pos, &xlo, &xhi);
-    read_range(t.args, &pos, &lo, &hi);
+    const SlotsArgs args = decode(t);
+    const int64_t op = args.head.op, self = args.head.self;
+    const bool out_x = args.head.out_in_x_coords;
+    const std::vector<int64_t>&xlo = args.xlo, &xhi = args.xhi, &lo = args.lo, &hi = args.hi;
     const View &own = t.views[0], &slots = t.views[1], &out = t.views[2];
     const int64_t slot_elems = product(slots.shape, 1);
     View one = slots;

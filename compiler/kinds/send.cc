@@ -10,42 +10,42 @@
 namespace mkc::kinds {
 namespace {
 
+// A send's arguments by name: the box [lo, hi) of the source and the corner of the
+// destination's box (the source's lo without a dst range).
+struct SendBox {
+  std::vector<int64_t> lo, hi, dst_lo;
+};
+
+SendBox decode(const Task& t) {
+  SendBox b;
+  size_t pos = 0;
+  read_range(t.args, &pos, &b.lo, &b.hi);
+  b.dst_lo = b.lo;
+  if (pos < t.args.size()) {
+    std::vector<int64_t> dst_hi;
+    read_range(t.args, &pos, &b.dst_lo, &dst_hi);
+  }
+  return b;
+}
+
 class Send final : public Kind {
  public:
   Send() : Kind(TaskKind::kSend) {}
 
   std::vector<Touch> touches(const Task& t) const override {
-    int pos = 0;
-    const abi::Range src = plan::read_range(t, &pos);
-    std::vector<int64_t> lo(src.lo, src.lo + src.n), hi(src.hi, src.hi + src.n);
-    std::vector<Touch> out;
-    out.push_back(Touch{0, lo, hi, false});
-    if (pos < static_cast<int>(t.args.size())) {
-      const abi::Range dst = plan::read_range(t, &pos);
-      for (int d = 0; d < src.n; ++d) {
-        hi[d] = dst.lo[d] + (hi[d] - lo[d]);
-        lo[d] = dst.lo[d];
-      }
-    }
-    out.push_back(Touch{1, lo, hi, true});
-    return out;
+    const SendBox b = decode(t);
+    std::vector<int64_t> hi = b.dst_lo;
+    for (size_t d = 0; d < hi.size(); ++d) hi[d] += b.hi[d] - b.lo[d];
+    return {Touch{0, b.lo, b.hi, false}, Touch{1, b.dst_lo, hi, true}};
   }
 
   void execute(const Memory& mem, const Task& t) const override {
-    std::vector<int64_t> lo, hi, lo2, hi2;
-    size_t pos = 0;
-    read_range(t.args, &pos, &lo, &hi);
-    if (pos < t.args.size()) {
-      read_range(t.args, &pos, &lo2, &hi2);
-    } else {
-      lo2 = lo;
-      hi2 = hi;
-    }
+    const SendBox b = decode(t);
     const View &src = t.views[0], &dst = t.views[1];
     std::vector<double>& from = mem.of(src);
     std::vector<double>& to = mem.of(dst);
-    for_rows(src, lo, hi, dst, lo2, [&](int64_t a, int64_t b, int64_t n) {
-      for (int64_t k = 0; k < n; ++k) to[b + k] = from[a + k];
+    for_rows(src, b.lo, b.hi, dst, b.dst_lo, [&](int64_t a, int64_t c, int64_t n) {
+      for (int64_t k = 0; k < n; ++k) to[c + k] = from[a + k];
     });
   }
 

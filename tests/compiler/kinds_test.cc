@@ -1,0 +1,119 @@
+// The task-kind registry (compiler/kinds): every TaskKind has its Kind, in the enum's order, and
+// what code generation and the scheduler read of a kind follows from the task, not from a switch
+// elsewhere.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+
+#include "compiler/kinds/kind.h"
+#include "support/error.h"
+
+namespace mkc::kinds {
+namespace {
+
+// A Source that records the lines a kind emits and hands out tensor maps in order.
+class FakeSource final : public Source {
+ public:
+  explicit FakeSource(bool tensor_cores) : tensor_cores_(tensor_cores) {}
+  bool tensor_cores() const override { return tensor_cores_; }
+  compiler::DType dtype(const Task&, size_t) const override { return compiler::DType::kBf16; }
+  std::string fn_type(int64_t fn) const override { return fn < 0 ? "mkc::NoFn" : "fn"; }
+  const compiler::DeviceFunction& device_fn(int64_t) const override {
+    throw InternalError("no device functions here");
+  }
+  bool writes_other_node(const Task&) const override { return false; }
+  int tensor_map(const View&, int, int) override { return maps++; }
+  void line(const std::string& s) override { text += s + "\n"; }
+  std::string text;
+  int maps = 0;
+
+ private:
+  bool tensor_cores_;
+};
+
+// A bf16 GEMM tile of 128 x 256 over K 64, with 16-byte aligned operands.
+Task gemm_task() {
+  Task t;
+  t.kind = TaskKind::kGemmTile;
+  t.views = {View{0, 0, 0, {256, 64}}, View{0, 1, 0, {64, 512}}, View{0, 2, 0, {256, 512}}};
+  abi::GemmTileArgs g{};
+  g.m0 = 0, g.m1 = 128, g.n0 = 0, g.n1 = 256, g.k0 = 0, g.k1 = 64;
+  g.fn = -1;
+  g.map_a = g.map_b = abi::kNoMap;
+  plan::set_args(t, g);
+  return t;
+}
+
+TEST_CASE("every task kind has its Kind, in the enum's order") {
+  std::set<std::string> names;
+  int count = 0;
+#define MKC_CHECK_KIND(e, name_text, comm)     \
+  {                                            \
+    const Kind& k = kind_of(TaskKind::e);      \
+    CHECK(k.id() == TaskKind::e);              \
+    CHECK(std::string(k.name()) == name_text); \
+    CHECK(k.is_comm() == comm);                \
+    CHECK(names.insert(k.name()).second);      \
+    ++count;                                   \
+  }
+  MKC_TASK_KINDS(MKC_CHECK_KIND)
+#undef MKC_CHECK_KIND
+  CHECK(count == static_cast<int>(names.size()));
+  // Bookkeeping kinds have no device code; asking one for it is an internal error, not a kernel
+  // that silently skips the task.
+  CHECK(kind_of(TaskKind::kLaunchFence).bookkeeping());
+  CHECK_FALSE(kind_of(TaskKind::kLaunchFence).has_body());
+  CHECK_FALSE(kind_of(TaskKind::kSignalOnly).bookkeeping());
+  FakeSource s(true);
+  CHECK_THROWS_AS(kind_of(TaskKind::kSignalOnly).emit(s, Task{}), InternalError);
+  // Row moves run on any CTA; a GEMM tile does not.
+  CHECK(kind_of(TaskKind::kA2aSend).runs_anywhere());
+  CHECK_FALSE(kind_of(TaskKind::kGemmTile).runs_anywhere());
+}
+
+TEST_CASE("a GEMM tile's class, launch and arguments follow its operands") {
+  const Task t = gemm_task();
+  const Kind& k = kind_of(t);
+  FakeSource tc(true), simt(false);
+  CHECK(class_key(tc, t) == "gemm_tile:bf16:bf16:bf16:fn-1:bias0:tma128x256");
+  CHECK(class_key(simt, t) == "gemm_tile:bf16:bf16:bf16:fn-1:bias0");
+  CHECK(k.launch(tc, t).threads == 384);
+  CHECK(k.launch(simt, t).threads == 0);
+  // The TMA tile gets the maps of A and B in its arguments; the portable tile its own words.
+  Task with_maps = t;
+  with_maps.args = k.device_args(tc, t);
+  const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(with_maps);
+  CHECK(g.map_a == 0);
+  CHECK(g.map_b == 1);
+  CHECK(tc.maps == 2);
+  CHECK(k.device_args(simt, t) == t.args);
+  k.emit(tc, t);
+  CHECK(tc.text.find("gemm_tile_tma<__nv_bfloat16") != std::string::npos);
+  // A misaligned A (an odd element offset) cannot be loaded by TMA: the portable tile.
+  Task odd = t;
+  odd.views[0].offset = 1;
+  CHECK(class_key(tc, odd) == "gemm_tile:bf16:bf16:bf16:fn-1:bias0");
+}
+
+TEST_CASE("the scheduler's load of an attention tile counts the keys its queries see") {
+  Task t;
+  t.kind = TaskKind::kAttentionTile;
+  t.views = {View{0, 0, 0, {1, 256, 64}}, View{0, 1, 0, {1, 1024, 64}},
+             View{0, 2, 0, {1, 1024, 64}}, View{0, 3, 0, {1, 256, 64}}};
+  abi::AttentionTileArgs a{};
+  a.q0 = 0, a.q1 = 128;
+  a.last = 1;
+  plan::set_args(t, a);
+  const Kind& k = kind_of(t);
+  CHECK(k.compute_load(t).value() == 128 * (1024 + 640));
+  a.causal = 1;
+  a.causal_offset = 0;  // the first 128 queries see keys 0..127
+  plan::set_args(t, a);
+  CHECK(k.compute_load(t).value() == 128 * (128 + 640));
+  // A GEMM tile's tasks cost alike: round robin.
+  CHECK_FALSE(kind_of(TaskKind::kGemmTile).compute_load(gemm_task()).has_value());
+}
+
+}  // namespace
+}  // namespace mkc::kinds
