@@ -13,13 +13,9 @@
 #include <string_view>
 #include <vector>
 
-namespace mkc::jit {
+#include "templates/in_memory_header.h"
 
-// A header handed to NVRTC from memory: `#include "name"` in the source finds `source`.
-struct InMemoryHeader {
-  std::string name;
-  std::string source;
-};
+namespace mkc::jit {
 
 struct NvrtcOptions {
   std::string arch = "sm_90a";     // --gpu-architecture; sm_90a enables wgmma/TMA/setmaxnreg
