@@ -14,7 +14,7 @@
 
 #include "bench/csv.h"
 #include "bench/main.h"
-#include "compiler/check.h"
+#include "compiler/sema/check.h"
 #include "dsl/diagnostics.h"
 #include "dsl/parser.h"
 #include "dsl/source.h"

@@ -24,10 +24,10 @@
 
 #include "bench/baselines.h"
 #include "bench/csv.h"
-#include "compiler/jit.h"
 #include "compiler/pipeline.h"
 #include "dsl/diagnostics.h"
 #include "dsl/source.h"
+#include "jit/jit.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/local_job.h"
 #include "support/error.h"

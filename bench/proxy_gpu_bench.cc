@@ -46,7 +46,7 @@
 #include "bench/main.h"
 #include "bench/sizes.h"
 #include "bench/stats.h"
-#include "compiler/jit.h"
+#include "jit/jit.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_heap.h"
 #include "runtime/net/all_gather.h"

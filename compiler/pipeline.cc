@@ -1,6 +1,6 @@
 #include "compiler/pipeline.h"
 
-#include "compiler/passes.h"
+#include "compiler/passes/passes.h"
 #include "dsl/parser.h"
 
 namespace mkc::compiler {

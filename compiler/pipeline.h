@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/check.h"
-#include "compiler/codegen.h"
-#include "compiler/plan.h"
+#include "compiler/codegen/codegen.h"
+#include "compiler/plan/plan.h"
+#include "compiler/sema/check.h"
 #include "dsl/ast.h"
 #include "dsl/diagnostics.h"
 

@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/kinds/kind.h"
-#include "compiler/passes.h"
-#include "compiler/reference.h"
-#include "compiler/verifier.h"
+#include "compiler/oracle/reference.h"
+#include "compiler/oracle/verifier.h"
+#include "compiler/passes/passes.h"
 #include "dsl/diagnostics.h"
 #include "dsl/parser.h"
 #include "support/error.h"

@@ -1,8 +1,9 @@
 // `mkc verify`: how a user without a GPU cluster trusts a schedule before running it. For each
 // world size asked for, the schedule is checked, lowered and scheduled with the plan verifier after
-// every pass (compiler/verifier.h: boxes, counts, races, deadlocks, launch fences), then executed
-// by the CPU interpreter (compiler/interpret.h) over several random interleavings and two launches,
-// and every rank's every tensor is compared with the direct reference (compiler/reference.h).
+// every pass (compiler/oracle/verifier.h: boxes, counts, races, deadlocks, launch fences), then
+// executed by the CPU interpreter (compiler/oracle/interpret.h) over several random interleavings
+// and two launches, and every rank's every tensor is compared with the direct reference
+// (compiler/oracle/reference.h).
 //
 // Device functions are CUDA C++ that the CPU cannot run as written: the interpreter and the
 // reference both evaluate each one as the same smooth stand-in function of its arguments (see
@@ -14,8 +15,8 @@
 #include <memory>
 #include <string>
 
-#include "compiler/check.h"
-#include "compiler/interpret.h"
+#include "compiler/oracle/interpret.h"
+#include "compiler/sema/check.h"
 #include "dsl/source.h"
 
 namespace mkc::compiler {

@@ -32,9 +32,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/codegen.h"
-#include "compiler/jit.h"
-#include "compiler/plan.h"
+#include "compiler/codegen/codegen.h"
+#include "compiler/plan/plan.h"
+#include "jit/jit.h"
 #include "runtime/local_job.h"
 
 namespace mkc {

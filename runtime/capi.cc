@@ -5,7 +5,7 @@
 #include <sstream>
 #include <string>
 
-#include "compiler/check.h"
+#include "compiler/sema/check.h"
 #include "runtime/api.h"
 #include "support/error.h"
 

@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "compiler/device_code.h"
-#include "compiler/jit.h"
+#include "compiler/sema/device_code.h"
+#include "jit/jit.h"
 #include "runtime/cuda_driver.h"
 #include "support/check.h"
 #include "support/error.h"

@@ -12,9 +12,9 @@
 
 #include <string>
 
-#include "compiler/interpret.h"
-#include "compiler/program.h"
-#include "compiler/reference.h"
+#include "compiler/oracle/interpret.h"
+#include "compiler/oracle/reference.h"
+#include "compiler/sema/program.h"
 
 namespace mkc::rt {
 

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/codegen.h"
-#include "compiler/plan.h"
+#include "compiler/codegen/codegen.h"
+#include "compiler/plan/plan.h"
 #include "dsl/source.h"
 #include "runtime/bootstrap.h"
 #include "runtime/cuda_driver.h"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "compiler/program.h"
+#include "compiler/sema/program.h"
 
 namespace mkc::rt {
 

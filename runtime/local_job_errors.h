@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "compiler/plan.h"
+#include "compiler/plan/plan.h"
 #include "dsl/source.h"
 #include "templates/mkc/abi.h"
 

@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "compiler/plan.h"
+#include "compiler/plan/plan.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_heap.h"
 #include "runtime/local_job.h"

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "compiler/codegen.h"
+#include "compiler/codegen/codegen.h"
 #include "runtime/cuda_driver.h"
 
 namespace mkc::rt {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/plan.h"
+#include "compiler/plan/plan.h"
 #include "runtime/local_job.h"
 
 namespace mkc::rt {

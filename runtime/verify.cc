@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "compiler/reference.h"
+#include "compiler/oracle/reference.h"
 #include "runtime/device_fn_eval.h"
 #include "support/error.h"
 #include "support/parallel.h"

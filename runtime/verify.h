@@ -1,14 +1,14 @@
 // One checked launch: fresh random inputs (quantised to their element types) on every rank,
 // outputs and scratch poisoned, one launch of the job, then every user tensor of every rank
-// compared with the direct reference (compiler/reference.h). Used by `mkc run --check` and the GPU
-// tests.
+// compared with the direct reference (compiler/oracle/reference.h). Used by `mkc run --check` and
+// the GPU tests.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "compiler/interpret.h"
-#include "compiler/plan.h"
+#include "compiler/oracle/interpret.h"
+#include "compiler/plan/plan.h"
 #include "runtime/local_job.h"
 
 namespace mkc::rt {

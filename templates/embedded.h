@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "compiler/nvrtc.h"
+#include "templates/in_memory_header.h"
 
 namespace mkc::jit {
 

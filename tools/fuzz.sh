@@ -11,7 +11,7 @@ cxx=$(command -v clang++-14 || command -v clang++ || true)
 [[ -n "$cxx" ]] || { echo "fuzz: clang++-14 not found (tools/setup.sh installs it)" >&2; exit 2; }
 out=out/fuzz
 mkdir -p "$out/corpus"
-srcs=(tests/fuzz/parse_fuzzer.cc dsl/*.cc compiler/check*.cc compiler/device_code.cc compiler/expr_eval.cc compiler/program.cc support/error.cc)
+srcs=(tests/fuzz/parse_fuzzer.cc dsl/*.cc compiler/sema/check*.cc compiler/sema/device_code.cc compiler/sema/expr_eval.cc compiler/sema/program.cc support/error.cc)
 echo "fuzz: building with $cxx"
 "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -DFMT_HEADER_ONLY=1 -I. "${srcs[@]}" -o "$out/parse_fuzzer"

@@ -1,7 +1,7 @@
 // The task-kind registry: everything the compiler knows of one kind of task, in one place.
 //
-// A plan task (compiler/plan.h) has a kind; the kind's `args` are the struct of the same name in
-// templates/mkc/abi.h. Each kind is a `Kind` in its own file of this folder, which says:
+// A plan task (compiler/plan/plan.h) has a kind; the kind's `args` are the struct of the same name
+// in templates/mkc/abi.h. Each kind is a `Kind` in its own file of this folder, which says:
 //   - what the device code touches (boxes of its views), for the verifier's race check;
 //   - how the CPU interpreter runs it;
 //   - what it costs: a compute CTA's load for the scheduler, and the interpreter's work;
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/plan.h"
+#include "compiler/plan/plan.h"
 
 namespace mkc::kinds {
 
@@ -37,7 +37,7 @@ struct Touch {
   bool write;
 };
 
-// Every rank's buffers as the CPU interpreter holds them (compiler/interpret.h): doubles,
+// Every rank's buffers as the CPU interpreter holds them (compiler/oracle/interpret.h): doubles,
 // row-major.
 struct Memory {
   const Plan& plan;
@@ -49,7 +49,8 @@ struct Memory {
   double call(int64_t fn, const std::vector<double>& args) const { return fns[fn](args); }
 };
 
-// What code generation (compiler/codegen.cc) offers a kind while it writes the kernel's source.
+// What code generation (compiler/codegen/codegen.cc) offers a kind while it writes the kernel's
+// source.
 class Source {
  public:
   virtual ~Source() = default;

@@ -3,10 +3,10 @@
 // templates/mkc/map.cuh (map_range), with the function called as ::NAME.
 #include <fmt/format.h>
 
-#include "compiler/device_code.h"
 #include "compiler/kinds/kind.h"
 #include "compiler/kinds/kinds.h"
 #include "compiler/kinds/view_math.h"
+#include "compiler/sema/device_code.h"
 
 namespace mkc::kinds {
 namespace {

@@ -2,9 +2,9 @@
 // folder), and what is common to all kinds.
 #include <fmt/format.h>
 
-#include "compiler/device_code.h"
 #include "compiler/kinds/kind.h"
 #include "compiler/kinds/kinds.h"
+#include "compiler/sema/device_code.h"
 #include "support/error.h"
 
 namespace mkc::kinds {

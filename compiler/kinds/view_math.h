@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "compiler/plan.h"
+#include "compiler/plan/plan.h"
 
 namespace mkc::kinds {
 

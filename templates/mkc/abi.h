@@ -1,10 +1,10 @@
 // The host/device ABI of a generated kernel, defined once: the kernel's argument block, the error
 // record, the task tables (views, waits, signals, task records) and every task kind's integer
-// arguments. Host code (compiler/lower.cc builds the arguments, compiler/interpret.cc and
-// compiler/codegen.cc read them, runtime/ fills the argument block and reads the error record)
-// and device code (templates/mkc/*.cuh, compiled by NVRTC) include this one header, so a field
-// added, moved or retyped here changes both sides at once; the static_asserts at the end pin the
-// layout the generated tables and the runtime rely on.
+// arguments. Host code (compiler/passes/lower.cc builds the arguments, compiler/oracle/interpret.cc
+// and compiler/codegen/codegen.cc read them, runtime/ fills the argument block and reads the error
+// record) and device code (templates/mkc/*.cuh, compiled by NVRTC) include this one header, so a
+// field added, moved or retyped here changes both sides at once; the static_asserts at the end pin
+// the layout the generated tables and the runtime rely on.
 //
 // Plain C++ only: no standard headers (NVRTC compiles it without the host library), no pointers
 // whose width differs between host and device, 64-bit integers for everything a task reads.
@@ -45,7 +45,7 @@ struct Wait {
   int proxy;
 };
 
-// How a signal reaches its counter (compiler/plan.h, HandOff).
+// How a signal reaches its counter (compiler/plan/plan.h, HandOff).
 enum SignalScope : int {
   kScopeGpu = 0,     // a counter on this GPU: release add at .gpu
   kScopeSystem = 1,  // a peer GPU's counter over NVLink: release add at .sys
@@ -148,7 +148,7 @@ struct TaskRecord {
   int sig0, nsigs;
 };
 
-// ---- task arguments, one struct per task kind (compiler/plan.h, MKC_TASK_KINDS) -------------
+// ---- task arguments, one struct per task kind (compiler/plan/plan.h, MKC_TASK_KINDS) ---------
 // Every field is a 64-bit integer, so a task's arguments are a flat array of them (Task::args on
 // the host, kArgs + arg0 on the device). Kinds whose arguments have a variable length (boxes of
 // any rank) start with a fixed part and continue with encoded ranges (see Range below).
@@ -160,7 +160,7 @@ constexpr i64 kNoMap = -1;
 
 // gemm_tile: views {A, B, C[, bias]}. C[m0:m1, n0:n1] = fn(A[m0:m1, k0:k1] x B[k0:k1, n0:n1]
 // (+ bias)). A split-K part (k0 > 0 or k1 < K) writes f32 partial sums, without fn or bias; a
-// reduce_tile adds the parts (compiler/lower_compute.cc). k0 is a multiple of 64.
+// reduce_tile adds the parts (compiler/passes/lower_compute.cc). k0 is a multiple of 64.
 struct GemmTileArgs {
   i64 m0, m1, n0, n1;
   i64 k_step;    // the K step of the tile (tile(.., .., k))

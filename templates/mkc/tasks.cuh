@@ -1,4 +1,4 @@
-// Every task kind's device code, one header per stage kind (compiler/plan.h, MKC_TASK_KINDS):
+// Every task kind's device code, one header per stage kind (compiler/plan/plan.h, MKC_TASK_KINDS):
 //   movement.cuh        copy, send (every put, shift and collective data phase)
 //   reduce.cuh          reduce_tile, reduce_slots
 //   gemm_simt.cuh       gemm_tile (SIMT fallback; gemm_sm90/sm80 are fast)

@@ -14,10 +14,10 @@
 #include <tuple>
 #include <vector>
 
-#include "compiler/check.h"
-#include "compiler/interpret.h"
-#include "compiler/passes.h"
-#include "compiler/reference.h"
+#include "compiler/oracle/interpret.h"
+#include "compiler/oracle/reference.h"
+#include "compiler/passes/passes.h"
+#include "compiler/sema/check.h"
 #include "dsl/parser.h"
 #include "tests/compiler/plan_testing.h"
 

@@ -1,6 +1,6 @@
 // The checker on real schedules: every sample is clean at world sizes 1, 2, 4 and 8, and the
 // checked result holds the evaluated shapes, unrolled loop instances and resolved dependencies.
-#include "compiler/check.h"
+#include "compiler/sema/check.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -10,8 +10,8 @@
 #include <map>
 #include <string>
 
-#include "compiler/device_code.h"
-#include "compiler/expr_eval.h"
+#include "compiler/sema/device_code.h"
+#include "compiler/sema/expr_eval.h"
 #include "dsl/parser.h"
 #include "support/error.h"
 

@@ -3,7 +3,7 @@
 // corrupt entry and several processes compiling at once; an error in a device function points at
 // its .mks line; the checked-in example under docs/ matches what the generator writes today; GEMM
 // tasks get the wgmma tile, its shared memory and tensor maps where the operands allow it.
-#include "compiler/codegen.h"
+#include "compiler/codegen/codegen.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -17,12 +17,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "compiler/check.h"
-#include "compiler/jit.h"
-#include "compiler/nvrtc.h"
-#include "compiler/passes.h"
+#include "compiler/passes/passes.h"
 #include "compiler/pipeline.h"
+#include "compiler/sema/check.h"
 #include "dsl/parser.h"
+#include "jit/jit.h"
+#include "jit/nvrtc.h"
 #include "tools/mkc/cli.h"
 
 namespace mkc {

@@ -2,7 +2,7 @@
 // matches the direct reference on random data, over two launches (ranks skewed freely, so epochs,
 // credits and launch fences are exercised) and several interleavings. Also: a wait cycle is
 // rejected before code generation, and a plan that cannot finish is reported as a deadlock.
-#include "compiler/interpret.h"
+#include "compiler/oracle/interpret.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -11,9 +11,9 @@
 #include <map>
 #include <set>
 
-#include "compiler/check.h"
-#include "compiler/passes.h"
-#include "compiler/reference.h"
+#include "compiler/oracle/reference.h"
+#include "compiler/passes/passes.h"
+#include "compiler/sema/check.h"
 #include "dsl/parser.h"
 #include "support/error.h"
 #include "support/parallel.h"
@@ -96,9 +96,10 @@ SAMPLE_CASE("moe_ffn_combine")
 SAMPLE_CASE("ring_attention")
 SAMPLE_CASE("ring_attention_causal")
 
-// Split-K (compiler/lower_compute.cc): a skinny GEMM whose tiles leave most compute CTAs idle is
-// cut into K parts summed by reduce tasks; the sum matches the reference, alone and fused with an
-// all-reduce whose chunks wait for the sums, at odd world sizes and a K no part size divides.
+// Split-K (compiler/passes/lower_compute.cc): a skinny GEMM whose tiles leave most compute CTAs
+// idle is cut into K parts summed by reduce tasks; the sum matches the reference, alone and fused
+// with an all-reduce whose chunks wait for the sums, at odd world sizes and a K no part size
+// divides.
 TEST_CASE("split-K: skinny GEMMs sum their K parts, alone and under an all-reduce") {
   struct Case {
     std::string sample;

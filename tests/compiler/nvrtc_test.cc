@@ -1,6 +1,6 @@
 // NVRTC works without a GPU: these compile real kernels for sm_90a and sm_80 and check what comes
 // back, and check that a broken program yields NVRTC's log rather than a crash.
-#include "compiler/nvrtc.h"
+#include "jit/nvrtc.h"
 
 #include <doctest/doctest.h>
 

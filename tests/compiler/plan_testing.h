@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "compiler/check.h"
-#include "compiler/interpret.h"
-#include "compiler/passes.h"
-#include "compiler/reference.h"
+#include "compiler/oracle/interpret.h"
+#include "compiler/oracle/reference.h"
+#include "compiler/passes/passes.h"
+#include "compiler/sema/check.h"
 #include "dsl/parser.h"
 
 namespace mkc::plan::testing {

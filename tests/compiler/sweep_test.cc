@@ -9,7 +9,7 @@
 
 #include <functional>
 
-#include "compiler/verifier.h"
+#include "compiler/oracle/verifier.h"
 #include "tests/compiler/plan_testing.h"
 
 namespace mkc::plan {

@@ -1,8 +1,8 @@
-// The plan verifier (compiler/verifier.h) and `mkc verify` (compiler/verify_schedule.h): the
+// The plan verifier (compiler/oracle/verifier.h) and `mkc verify` (compiler/verify_schedule.h): the
 // passes alone on small plans (printing the plan when a check fails), the verifier's checks each
 // triggered by a plan broken on purpose, and the ring-attention race of the old lowering (boxes
 // recovered from flattened views) reported as a race.
-#include "compiler/verifier.h"
+#include "compiler/oracle/verifier.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -11,12 +11,12 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "compiler/check.h"
-#include "compiler/dependencies.h"
-#include "compiler/lower.h"
-#include "compiler/passes.h"
+#include "compiler/passes/dependencies.h"
+#include "compiler/passes/lower.h"
+#include "compiler/passes/passes.h"
+#include "compiler/passes/schedule.h"
 #include "compiler/pipeline.h"
-#include "compiler/schedule.h"
+#include "compiler/sema/check.h"
 #include "compiler/verify_schedule.h"
 #include "dsl/parser.h"
 #include "support/error.h"

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "compiler/check.h"
+#include "compiler/sema/check.h"
 #include "dsl/ast_json.h"
 #include "dsl/diagnostics.h"
 #include "dsl/parser.h"

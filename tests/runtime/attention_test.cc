@@ -9,9 +9,9 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "compiler/jit.h"
 #include "compiler/pipeline.h"
 #include "dsl/parser.h"
+#include "jit/jit.h"
 #include "runtime/local_job.h"
 #include "runtime/verify.h"
 #include "tests/support/gpu.h"

@@ -15,10 +15,10 @@
 #include <memory>
 #include <random>
 
-#include "compiler/check.h"
-#include "compiler/jit.h"
 #include "compiler/pipeline.h"
+#include "compiler/sema/check.h"
 #include "dsl/parser.h"
+#include "jit/jit.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/local_job.h"
 #include "runtime/verify.h"

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "compiler/nvrtc.h"
+#include "jit/nvrtc.h"
 #include "runtime/cuda_driver.h"
 #include "tests/support/gpu.h"
 

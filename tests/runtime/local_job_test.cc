@@ -12,14 +12,14 @@
 #include <cstdlib>
 #include <map>
 
-#include "compiler/check.h"
-#include "compiler/codegen.h"
-#include "compiler/interpret.h"
-#include "compiler/jit.h"
-#include "compiler/passes.h"
+#include "compiler/codegen/codegen.h"
+#include "compiler/oracle/interpret.h"
+#include "compiler/oracle/reference.h"
+#include "compiler/passes/passes.h"
 #include "compiler/pipeline.h"
-#include "compiler/reference.h"
+#include "compiler/sema/check.h"
 #include "dsl/parser.h"
+#include "jit/jit.h"
 #include "runtime/verify.h"
 #include "support/error.h"
 #include "tests/support/gpu.h"

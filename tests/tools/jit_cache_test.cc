@@ -1,4 +1,4 @@
-// The JIT's disk cache (compiler/jit.h) against what could poison it or throw a compile away: an
+// The JIT's disk cache (jit/jit.h) against what could poison it or throw a compile away: an
 // entry copied under another key's name, entries others could have written (writable by others,
 // owned by someone else), a shared fallback directory when HOME is unset, a directory that cannot
 // be used; and the key against changed templates. Small kernels, compiled by NVRTC here (no GPU).
@@ -15,7 +15,7 @@
 #include <optional>
 #include <sstream>
 
-#include "compiler/jit.h"
+#include "jit/jit.h"
 #include "support/error.h"
 
 namespace mkc::jit {

@@ -21,16 +21,16 @@
 #include <set>
 #include <sstream>
 
-#include "compiler/check.h"
-#include "compiler/codegen.h"
-#include "compiler/jit.h"
-#include "compiler/nvrtc.h"
-#include "compiler/passes.h"
+#include "compiler/codegen/codegen.h"
+#include "compiler/passes/passes.h"
 #include "compiler/pipeline.h"
+#include "compiler/sema/check.h"
 #include "compiler/verify_schedule.h"
 #include "dsl/ast_json.h"
 #include "dsl/diagnostics.h"
 #include "dsl/parser.h"
+#include "jit/jit.h"
+#include "jit/nvrtc.h"
 #include "runtime/bootstrap.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/local_job.h"

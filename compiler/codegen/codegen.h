@@ -1,0 +1,66 @@
+// Code generation: a scheduled plan becomes the CUDA C++ source of one persistent kernel.
+//
+// The source includes mkc's device templates (templates/mkc/*.cuh, handed to NVRTC from memory),
+// the schedule's device functions under `#line` directives (so NVRTC's errors point into the .mks
+// file), one short named function per task class (a task kind with its element types and device
+// function), the plan as constant tables (per rank: each CTA's task list, each task's views,
+// arguments, waits and signals), and the kernel: each CTA walks its list, waiting, running and
+// signalling. Deterministic: the same plan gives byte-identical source, so the JIT cache hits.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/plan/plan.h"
+#include "dsl/source.h"
+
+namespace mkc::codegen {
+
+struct CodegenOptions {
+  // The schedule's file (for #line and the source hash) and the -D values it was compiled with.
+  std::shared_ptr<const dsl::SourceFile> file;
+  std::string defines;  // "M=128 N=256", for the banner
+  // GEMM tiles whose operands allow it (bf16/f16, rows 16-byte aligned) use the TMA + wgmma
+  // template (templates/mkc/gemm_sm90.cuh; on targets without wgmma it falls back to the portable
+  // tile). false: every GEMM uses the portable tile.
+  bool tensor_core_gemm = true;
+};
+
+// A TMA descriptor the kernel needs: a 2-D row-major view (rows x cols elements, row stride
+// cols) of a buffer of some rank, starting `offset` elements in, loaded in boxes of
+// box_rows x box_cols with 128-byte swizzle. The runtime encodes one CUtensorMap per entry, in
+// this order, and passes the array as KernelArgs::tensor_maps.
+struct TensorMapSpec {
+  int rank = 0;
+  int buffer = 0;
+  int64_t offset = 0;
+  compiler::DType dtype = compiler::DType::kBf16;
+  int64_t rows = 0, cols = 0;
+  int dims = 2;  // 2: [rows][cols]; 3: [depth][rows][cols] (boxes of one slice), the TMA
+                 // instruction the device code issues (a 3-D load needs a 3-D map, even
+                 // of one slice)
+  int64_t depth = 1;
+  int box_rows = 0, box_cols = 0;
+  bool operator<(const TensorMapSpec& o) const;
+};
+
+struct Generated {
+  std::string source;
+  std::string kernel_name;   // mkc_<schedule>
+  uint64_t source_hash = 0;  // of the .mks text, defines and world size
+  int threads = 256;         // block size the kernel is built for
+  int ctas = 0;              // grid size
+  int dynamic_smem = 0;      // bytes of dynamic shared memory per CTA (Hopper, sm_90a)
+  int portable_smem = 0;     // the same on GPUs before Hopper (the mma.sync tile's stages)
+  std::vector<TensorMapSpec> tensor_maps;
+  // Per task class, the device code it runs ("gemm_tile: sm_90a wgmma + TMA 128x256 ..."), for the
+  // compile summary.
+  std::vector<std::string> paths;
+};
+
+Generated generate(const plan::Plan& plan, const CodegenOptions& options);
+
+// 64-bit FNV-1a, for cache keys and banners.
+uint64_t fnv1a(std::string_view data, uint64_t seed = 0xcbf29ce484222325ull);
+
+}  // namespace mkc::codegen

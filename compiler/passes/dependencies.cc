@@ -1,0 +1,366 @@
+#include "compiler/passes/dependencies.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "compiler/plan/box_index.h"
+#include "support/error.h"
+
+namespace mkc::plan {
+namespace {
+
+// The boxes of one buffer on one rank, by flat span (compiler/plan/box_index.h): a query visits the
+// boxes whose spans meet its own, not every box of the buffer (a GEMM's C has thousands of tiles,
+// a ring's slot thousands of chunks).
+class BoxIndex {
+ public:
+  void add(const Plan& p, int task, const Box* b) {
+    const auto [first, end] = flat_span(p.buffers[b->buffer], *b);
+    index_.add(first, end, std::make_pair(task, b));
+  }
+  void finish() { index_.finish(); }
+  // Calls fn(task) for every entry that overlaps q (exactly, not only by span).
+  template <typename F>
+  void overlapping(const Plan& p, const Box& q, F&& fn) const {
+    const auto [first, end] = flat_span(p.buffers[q.buffer], q);
+    index_.overlapping(first, end, [&](const auto& e) {
+      if (e.value.second->overlaps(q)) fn(e.value.first);
+    });
+  }
+
+ private:
+  SpanIndex<std::pair<int, const Box*>> index_;
+};
+
+// A task's access to a box, as the credit frontier holds it.
+struct Access {
+  int task;
+  const Box* box;
+};
+
+class Deriver {
+ public:
+  Deriver(Plan& p, int64_t per_node) : p_(p), per_node_(per_node > 0 ? per_node : p.ranks) {}
+
+  void run() {
+    const auto& ops = p_.source->ops;
+    check_remote_reads();
+    for (size_t t = 0; t < p_.tasks.size(); ++t) {
+      const Task& task = p_.tasks[t];
+      if (task.kind == TaskKind::kLaunchFence) fences_[task.rank] = static_cast<int>(t);
+      if (task.kind == TaskKind::kLaunchEnd) ends_[task.rank] = static_cast<int>(t);
+    }
+    op_reach_ = op_reachability();
+    // Indexes: tasks of each operation by the ranks they announce to, and every box by
+    // (rank, buffer).
+    by_op_rank_.assign(ops.size(), std::vector<std::vector<int>>(p_.ranks));
+    for (size_t t = 0; t < p_.tasks.size(); ++t) {
+      const Task& task = p_.tasks[t];
+      if (task.op < 0) continue;
+      for (int r : notified(task)) by_op_rank_[task.op][r].push_back(static_cast<int>(t));
+      for (const Box& b : task.writes)
+        writes_[{b.rank, b.buffer, task.op}].add(p_, static_cast<int>(t), &b);
+    }
+    for (auto& [key, index] : writes_) index.finish();
+    // The accesses of every task to its own rank's buffers, switched on as tasks are processed.
+    own_.resize(p_.tasks.size());
+    for (size_t t = 0; t < p_.tasks.size(); ++t) {
+      const Task& task = p_.tasks[t];
+      if (task.op < 0) continue;
+      for (const std::vector<Box>* boxes : {&task.reads, &task.writes}) {
+        for (const Box& b : *boxes) {
+          if (b.rank != task.rank) continue;
+          const auto [first, end] = flat_span(p_.buffers[b.buffer], b);
+          LiveSpanIndex<Access>& idx = frontier_[{b.rank, b.buffer}];
+          own_[t].push_back({&idx, idx.add(first, end, Access{static_cast<int>(t), &b})});
+        }
+      }
+    }
+    for (auto& [key, index] : frontier_) index.finish();
+    forward_.assign(ops.size(), 0);
+    for (size_t a = 0; a < ops.size(); ++a) {
+      for (size_t b = a + 1; b < ops.size(); ++b) forward_[a] = forward_[a] || op_reach_[a][b];
+    }
+    for (size_t t = 0; t < p_.tasks.size(); ++t) {
+      if (p_.tasks[t].op < 0) continue;
+      std::set<int> producers;
+      std::vector<std::pair<LiveSpanIndex<Access>*, size_t>> superseded;
+      data_edges(static_cast<int>(t), &producers);
+      credits(static_cast<int>(t), &producers, &superseded);
+      wait_for(static_cast<int>(t), producers);
+      fence(static_cast<int>(t));
+      for (const auto& [idx, h] : own_[t]) idx->set_alive(h, true);
+      for (const auto& [idx, h] : superseded) idx->set_alive(h, false);
+    }
+    for (size_t t = 0; t < p_.tasks.size(); ++t) {
+      const Task& task = p_.tasks[t];
+      if (task.op < 0) continue;
+      for (int r : notified(task)) {
+        if (r != task.rank && !awaited_on_.count({static_cast<int>(t), r}))
+          edge(static_cast<int>(t), ends_.at(r));
+      }
+    }
+  }
+
+ private:
+  // The ranks a task's completion concerns: where it writes (and where a signal task points).
+  std::set<int> notified(const Task& t) const {
+    std::set<int> out;
+    for (const Box& b : t.writes) out.insert(b.rank);
+    if (t.kind == TaskKind::kSignalOnly)
+      out.insert(static_cast<int>(args_as<abi::SignalArgs>(t).peer));
+    if (out.empty()) out.insert(t.rank);
+    return out;
+  }
+
+  // How a signal from task `from` reaches a counter of rank `to`: the same GPU, a peer of the node
+  // over NVLink, or another node through the host proxies (DESIGN.md "hand-off kinds").
+  HandOff handoff(int from_task, int to) const {
+    const int from = p_.tasks[from_task].rank;
+    if (from == to) return HandOff::kLocal;
+    if (from / per_node_ == to / per_node_) return HandOff::kPeerFlag;
+    return HandOff::kProxy;
+  }
+
+  // The proxy carries writes into another node's memory, never reads of it: a task that would
+  // load a rank's data across nodes is an error naming the task (the lowering puts every
+  // movement in the sender's hands, so only a hand-written pattern can reach this).
+  void check_remote_reads() const {
+    for (const Task& t : p_.tasks) {
+      for (const Box& b : t.reads) {
+        if (b.rank / per_node_ == t.rank / per_node_) continue;
+        throw UserError(fmt::format(
+            "schedule `{}` at {} ranks, {} per node: task `{}` on rank {} reads `{}` of rank {} "
+            "on another node; between nodes data only moves by sends through the proxy (the "
+            "sender pushes): restructure the operation as a put, or keep both ranks on one node",
+            p_.schedule, p_.ranks, per_node_, t.label, t.rank, p_.buffers[b.buffer].name, b.rank));
+      }
+    }
+  }
+
+  // Makes `consumer` wait for `producer` alone (once): the producer's own counter on the
+  // consumer's rank.
+  void edge(int producer, int consumer) {
+    if (producer == consumer || !edges_.insert({producer, consumer}).second) return;
+    Task& c = p_.tasks[consumer];
+    awaited_on_.insert({producer, c.rank});
+    const Task& pr = p_.tasks[producer];
+    auto key = std::make_pair(producer, c.rank);
+    auto it = done_.find(key);
+    if (it == done_.end()) {
+      const int ev = p_.add_event(c.rank, fmt::format("{}@r{}.done", pr.label, pr.rank));
+      p_.tasks[producer].signals.push_back(Signal{ev, handoff(producer, c.rank)});
+      it = done_.emplace(key, ev).first;
+    }
+    p_.tasks[consumer].waits.push_back(Wait{it->second, 1, 0});
+  }
+
+  // Makes `consumer` wait for every task of `producers`: per producing operation, one counting
+  // wait on a counter those tasks all signal (shared by every consumer waiting for the same set
+  // on that rank), or the producer's own counter when it is alone. An attention tile waits for
+  // the 128 chunks of its K,V block with one wait, not 128; the chunks' counter is shared by the
+  // tiles of that block.
+  //
+  // One counter may mix producers of several ranks only where no producer's next launch can
+  // count for this one: producers on the consumer's rank (its next launch comes after this one
+  // ends) and producers that write into the consumer's rank (they wait for its launch fence).
+  // Any other producer shares a counter only with producers of its own rank, whose launches are
+  // in order.
+  void wait_for(int consumer, const std::set<int>& producers) {
+    const int rank = p_.tasks[consumer].rank;
+    std::map<std::pair<int, int>, std::vector<int>> groups;  // (op, rank or -1) -> producers
+    for (int p : producers) {
+      if (p == consumer || edges_.count({p, consumer})) continue;
+      const Task& pt = p_.tasks[p];
+      bool fenced = pt.rank == rank;
+      for (const Box& b : pt.writes) fenced = fenced || b.rank == rank;
+      groups[{pt.op, fenced ? -1 : pt.rank}].push_back(p);
+    }
+    for (auto& [key, set] : groups) {
+      const int op = key.first;
+      if (set.size() == 1 || op < 0) {
+        for (int p : set) edge(p, consumer);
+        continue;
+      }
+      auto it = set_done_.find({rank, set});
+      if (it == set_done_.end()) {
+        const Task& first = p_.tasks[set.front()];
+        const int ev = p_.add_event(
+            rank, fmt::format("{}+{}@r{}.done", first.label, set.size() - 1, first.rank));
+        for (int p : set) {
+          p_.tasks[p].signals.push_back(Signal{ev, handoff(p, rank)});
+          awaited_on_.insert({p, rank});
+        }
+        it = set_done_.emplace(std::make_pair(rank, set), ev).first;
+      }
+      for (int p : set) edges_.insert({p, consumer});
+      p_.tasks[consumer].waits.push_back(Wait{it->second, static_cast<int64_t>(set.size()), 0});
+    }
+  }
+
+  // Makes `consumer` wait for every task of operation `op` that concerns its rank, through one
+  // counter those tasks all signal (`after op` on a large operation would otherwise be one wait
+  // per producer task in every consumer: a 16-step chain of 128-chunk all-reduces had 1.2 million).
+  void whole_op_edge(int op, int consumer) {
+    Task& c = p_.tasks[consumer];
+    const std::vector<int>& producers = by_op_rank_[op][c.rank];
+    const auto key = std::make_pair(op, c.rank);
+    auto it = all_done_.find(key);
+    if (it == all_done_.end()) {
+      const compiler::OpInstance& o = p_.source->ops[op];
+      const std::string name =
+          o.iteration >= 0 ? fmt::format("{}[{}]", o.name, o.iteration) : o.name;
+      const int ev = p_.add_event(c.rank, fmt::format("{}.all@r{}.done", name, c.rank));
+      for (int pt : producers) {
+        p_.tasks[pt].signals.push_back(Signal{ev, handoff(pt, c.rank)});
+        awaited_on_.insert({pt, c.rank});
+      }
+      it = all_done_.emplace(key, ev).first;
+    }
+    if (!all_waits_.insert({consumer, it->second}).second) return;
+    for (int pt : producers) edges_.insert({pt, consumer});
+    c.waits.push_back(Wait{it->second, static_cast<int64_t>(producers.size()), 0});
+  }
+
+  // Tasks of operation `op` whose writes overlap what task t reads, from the index of write boxes.
+  std::set<int> writers_of(int t, int op) const {
+    std::set<int> out;
+    for (const Box& r : p_.tasks[t].reads) {
+      auto it = writes_.find({r.rank, r.buffer, op});
+      if (it == writes_.end()) continue;
+      it->second.overlapping(p_, r, [&](int w) { out.insert(w); });
+    }
+    return out;
+  }
+
+  // 1. Data edges: the tasks of the operations t's operation is `after` (with .tile/.chunk only
+  // those whose writes overlap what t reads; without, all of them that announce to t's rank), and
+  // earlier tasks of t's own operation whose writes it reads.
+  void data_edges(int t, std::set<int>* producers) {
+    const Task& task = p_.tasks[t];
+    const compiler::OpInstance& op = p_.source->ops[task.op];
+    for (const compiler::Dependency& d : op.deps) {
+      if (d.granule == compiler::Granule::kAll) {
+        const std::vector<int>& all = by_op_rank_[d.op][task.rank];
+        if (all.size() >= 2) {
+          whole_op_edge(d.op, t);
+        } else {
+          producers->insert(all.begin(), all.end());
+        }
+      } else {
+        for (int pt : writers_of(t, d.op)) producers->insert(pt);
+      }
+    }
+    for (int pt : writers_of(t, task.op)) {
+      if (pt < t) producers->insert(pt);
+    }
+  }
+
+  // op_reach[a][b]: operation instance a waits (transitively) for b.
+  std::vector<std::vector<char>> op_reachability() const {
+    const auto& ops = p_.source->ops;
+    const size_t n = ops.size();
+    std::vector<std::vector<char>> reach(n, std::vector<char>(n, 0));
+    for (size_t a = 0; a < n; ++a) {
+      std::vector<int> stack = {static_cast<int>(a)};
+      while (!stack.empty()) {
+        const int v = stack.back();
+        stack.pop_back();
+        for (const compiler::Dependency& d : ops[v].deps) {
+          if (!reach[a][d.op]) {
+            reach[a][d.op] = 1;
+            stack.push_back(d.op);
+          }
+        }
+      }
+    }
+    return reach;
+  }
+
+  // 2. Credits: a writer waits for the tasks earlier in program order, on the rank written, that
+  // read or write what it overwrites, unless those wait for the writer's operation themselves.
+  //
+  // Only the frontier: the accesses (of tasks on that rank, processed in program order) that no
+  // later write of that rank has covered. An access a write covers and waits for is ordered
+  // before every later writer of its elements through that write, so it leaves the frontier (a
+  // chain of n all-reduces in place over one tensor costs n, not n^2, credits). A write of an
+  // operation with dependencies on later operations supersedes nothing (those could make a later
+  // writer skip it).
+  void credits(int w, std::set<int>* producers,
+               std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>* superseded) {
+    const Task& writer = p_.tasks[w];
+    for (const Box& wb : writer.writes) {
+      auto it = frontier_.find({wb.rank, wb.buffer});
+      if (it == frontier_.end()) continue;
+      LiveSpanIndex<Access>& idx = it->second;
+      const auto [first, end] = flat_span(p_.buffers[wb.buffer], wb);
+      idx.overlapping(first, end, [&](size_t h) {
+        const Access& a = idx.entry(h).value;
+        const int x = a.task;
+        const Task& other = p_.tasks[x];
+        if (x == w || !a.box->overlaps(wb)) return;
+        // Scatter writes of one operation fill disjoint elements by construction (plan.h).
+        if (wb.scatter && a.box->scatter && other.op == writer.op) return;
+        // Earlier in program order: an earlier operation, or an earlier task of the same one
+        // (every live access is: tasks go live once processed, in task order).
+        // If the earlier task waits for the writer's operation, it reads the new data, not the old.
+        if (other.op != writer.op && op_reach_[other.op][writer.op]) return;
+        producers->insert(x);
+        if (writer.rank == wb.rank && !forward_[writer.op] && contains(wb, *a.box))
+          superseded->push_back({&idx, h});
+      });
+    }
+  }
+
+  static bool contains(const Box& outer, const Box& inner) {
+    for (size_t d = 0; d < outer.lo.size(); ++d) {
+      if (inner.lo[d] < outer.lo[d] || inner.hi[d] > outer.hi[d]) return false;
+    }
+    return true;
+  }
+
+  // 3. Launch fences: a write into (or a signal to) another rank waits for that rank's fence.
+  void fence(int t) {
+    const Task& task = p_.tasks[t];
+    std::set<int> peers;
+    for (const Box& b : task.writes) {
+      if (b.rank != task.rank) peers.insert(b.rank);
+    }
+    if (task.kind == TaskKind::kSignalOnly) {
+      const int peer = static_cast<int>(args_as<abi::SignalArgs>(task).peer);
+      if (peer != task.rank) peers.insert(peer);
+    }
+    for (int d : peers) edge(fences_.at(d), t);
+  }
+
+  Plan& p_;
+  int64_t per_node_;
+  std::vector<std::vector<std::vector<int>>> by_op_rank_;
+  std::map<std::tuple<int, int, int>, BoxIndex> writes_;  // (rank, buffer, op) -> its writes
+  // (rank, buffer) -> the accesses of that rank's tasks, live while on the credit frontier.
+  std::map<std::pair<int, int>, LiveSpanIndex<Access>> frontier_;
+  std::vector<std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>> own_;  // task -> its entries
+  std::vector<char> forward_;  // operation -> waits (transitively) for a later one
+  std::map<int, int> fences_;
+  std::map<int, int> ends_;
+  std::set<std::pair<int, int>> awaited_on_;  // (producer task, rank of some task waiting for it)
+  std::vector<std::vector<char>> op_reach_;
+  std::set<std::pair<int, int>> edges_;                       // (producer, consumer) ordered so far
+  std::map<std::pair<int, int>, int> done_;                   // (producer, rank) -> its counter
+  std::map<std::pair<int, std::vector<int>>, int> set_done_;  // (rank, producers) -> counter
+  std::map<std::pair<int, int>, int> all_done_;               // (operation, rank) -> its counter
+  std::set<std::pair<int, int>> all_waits_;                   // (consumer task, counter)
+};
+
+}  // namespace
+
+void derive_dependencies(Plan& plan, int64_t ranks_per_node) {
+  plan.ranks_per_node = ranks_per_node > 0 ? ranks_per_node : plan.ranks;
+  Deriver(plan, ranks_per_node).run();
+}
+
+}  // namespace mkc::plan

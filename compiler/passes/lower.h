@@ -1,0 +1,41 @@
+// Lowering: a checked schedule (for one world size) becomes a plan's buffers and tasks.
+//
+// Each operation instance becomes tasks on every rank: compute operations one task per tile,
+// communication one or more per chunk. Collectives are lowered here through a selector
+// (one-shot for small messages, two-shot for large ones, or what `algo(...)` asks), recorded in
+// Plan::decisions. Every task lists the boxes it reads and writes; dependencies are not made here
+// (compiler/passes/dependencies.h derives them from those boxes).
+#pragma once
+
+#include "compiler/plan/plan.h"
+#include "dsl/source.h"
+
+namespace mkc::plan {
+
+struct LowerOptions {
+  // Collectives of at most this many bytes per rank go one-shot under algo(auto).
+  int64_t one_shot_max_bytes = 1 << 20;
+  // Upper bound of a2a_send tasks per rank (row blocks of the dispatched tensor).
+  int64_t max_a2a_tasks_per_rank = 128;
+  // The same bound for plans with edges between nodes: fewer, larger row blocks, so that a task's
+  // rows for one expert on another node make one proxy request, not one each (every request costs
+  // the proxy a copy; docs/NET.md, MoE across nodes).
+  int64_t max_a2a_tasks_per_rank_across_nodes = 16;
+  // Multiprocessors of the target: a GEMM without tile(...) takes 128 x 256 tiles when they fill
+  // every SM at least once, else 128 x 128.
+  int64_t sms = 132;
+  // Split K over the compute CTAs that a skinny GEMM's tiles would leave idle
+  // (compiler/passes/lower_compute.cc, lower_gemm).
+  bool split_k = true;
+  // The most tasks a rank's part of the plan may have: the kernel's task tables, the source NVRTC
+  // compiles and the compile time grow with them. Past it, lowering stops with a UserError
+  // naming the operation, at its .mks place when `file` is given.
+  int64_t max_tasks_per_rank = compiler::kMaxTasksPerRank;
+  // The most views and boxes all tasks of the plan may hold together (its memory).
+  int64_t max_plan_entries = int64_t{1} << 22;
+  const dsl::SourceFile* file = nullptr;
+};
+
+Plan lower(const compiler::CheckedSchedule& schedule, const LowerOptions& options = {});
+
+}  // namespace mkc::plan

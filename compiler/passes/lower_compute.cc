@@ -1,0 +1,452 @@
+// Lowering of compute stages: one task per tile of the output, on compute CTAs.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "compiler/passes/lowerer.h"
+#include "compiler/passes/schedule.h"
+
+namespace mkc::plan {
+
+using compiler::OpInstance;
+using compiler::OpKind;
+using compiler::TensorUse;
+
+// The compute CTAs of the kernel this schedule becomes (schedule.h, compute_ctas).
+static int64_t kernel_compute_ctas(const compiler::CheckedSchedule& s, int64_t sms) {
+  bool any_comm = false;
+  for (const OpInstance& o : s.ops) any_comm = any_comm || compiler::op_is_comm(o.kind);
+  return plan::compute_ctas(s.roles, any_comm, true, sms);
+}
+
+// gemm_tile (abi::GemmTileArgs): views {A, B, C[, bias]}; C[m0:m1, n0:n1] = fn(A[m0:m1, k0:k1] x
+// B[k0:k1, n0:n1] (+ bias)). Without tile(...), the tile is chosen by shape (the decision is in
+// the plan).
+//
+// Split-K: when the tiles would keep at most half the compute CTAs busy (skinny GEMMs: decode,
+// small batches), most SMs would sit idle while a few stream the whole of B. K is then cut into
+// S parts of whole 64-wide steps: gemm_tile tasks write f32 partial sums into the compiler's
+// buffer `<op>.partials` [S, M, N], and reduce_tile tasks (a sum over its first axis, a few rows
+// of C each) write C. Only without an epilogue function or bias (they apply to the sum), with
+// K >= 2048 (each part keeps a pipeline's worth of steps) and plain row order (rows_from orders
+// tiles by arriving chunks).
+void Lowerer::lower_gemm(int i) {
+  const OpInstance& op = s_.ops[i];
+  const int64_t M = op.outputs[0].shape[0], N = op.outputs[0].shape[1];
+  const int64_t K = op.inputs[0].shape[1];
+  const auto bias = op.tensor_args.find("bias");
+  const int64_t ctas = kernel_compute_ctas(s_, opts_.sms);
+  const bool splittable = op.device_fn == abi::kNoFn && bias == op.tensor_args.end() &&
+                          !op.has_rows_from && K >= 2048 && opts_.split_k;
+  int64_t bm = 128, bn = 128, bk = 64;
+  std::string why;
+  if (op.tile.empty()) {
+    // The default: the wide tile (half the operand traffic per flop of 128 x 128) when there
+    // are enough of them to occupy every SM; else the narrow one, for twice the parallelism.
+    // Few rows: 64-row tiles, twice as many CTAs busy (decode-like shapes, skinny GEMMs), or,
+    // where split-K applies, the wide tile (64 or 128 rows) with K split over the idle CTAs.
+    const int64_t wide = cdiv(M, 128) * cdiv(N, 256), square = cdiv(M, 128) * cdiv(N, 128);
+    if (wide >= opts_.sms) {
+      bn = 256;
+      why = fmt::format("{} tiles of 128 x 256 >= {} SMs", wide, opts_.sms);
+    } else if (splittable && 2 * wide <= ctas) {
+      bm = M <= 64 ? 64 : 128;
+      bn = 256;
+      why =
+          fmt::format("{} tiles of {} x 256 fill at most half of {} compute CTAs", wide, bm, ctas);
+    } else if (square >= opts_.sms) {
+      why =
+          fmt::format("{} tiles of 128 x 256 < {} SMs <= {} of 128 x 128", wide, opts_.sms, square);
+    } else {
+      bm = 64;
+      why = fmt::format("{} tiles of 128 x 128 < {} SMs", square, opts_.sms);
+    }
+  } else {
+    bm = op.tile[0];
+    bn = op.tile.size() > 1 ? op.tile[1] : bn;
+    bk = op.tile.size() > 2 ? op.tile[2] : bk;
+    why = "tile(...)";
+  }
+  const int64_t mb = cdiv(M, bm), nb = cdiv(N, bn);
+  // Split-K parts: as many as the idle compute CTAs allow, each at least 1024 deep, at most 8.
+  int64_t parts = 1, part_k = K;
+  if (splittable && 2 * mb * nb <= ctas) {
+    const int64_t step = std::max<int64_t>(64, bk);
+    parts = std::clamp<int64_t>(std::min(ctas / (mb * nb), K / 1024), 1, 8);
+    part_k = cdiv(cdiv(K, parts), step) * step;
+    parts = cdiv(K, part_k);
+    if (parts > 1)
+      why += fmt::format("; split-K: {} parts of {} (of K {}) for {} tiles on {} compute CTAs",
+                         parts, part_k, K, mb * nb, ctas);
+  }
+  plan_.decisions.push_back(Decision{name_of(op), fmt::format("tile({}, {}, {})", bm, bn, bk),
+                                     (op.tile.empty() ? "default: " : "") + why});
+  const int partials =
+      parts > 1 ? add_buffer(name_of(op) + ".partials", compiler::DType::kF32, {parts, M, N}, false)
+                : -1;
+  for (int64_t r = 0; r < R(); ++r) {
+    const int64_t start =
+        op.has_rows_from ? ((compiler::evaluate(op.rows_from, r, s_) % mb) + mb) % mb : 0;
+    // Tiles in groups of kGroup row blocks, column by column within a group: the CTAs that run
+    // at the same time (consecutive tasks, dealt round-robin) then share A rows and B columns
+    // in L2. A rotated start (rows_from) keeps plain row order: chunks arrive in that order.
+    const int64_t group = op.has_rows_from ? 1 : 8;
+    const View a = view(op.inputs[0], r), bv = view(op.inputs[1], r), c = view(op.outputs[0], r);
+    for (int64_t idx = 0; idx < mb * nb; ++idx) {
+      const int64_t g0 = idx / (group * nb) * group, gsize = std::min(group, mb - g0);
+      const int64_t within = idx - g0 * nb;
+      const int64_t b = (start + g0 + within % gsize) % mb, bj = within / gsize;
+      for (int64_t part = 0; part < parts; ++part) {
+        Task t = task(i, r, TaskKind::kGemmTile,
+                      parts > 1 ? fmt::format("{}.tile({}, {}, k{})", name_of(op), b, bj, part)
+                                : fmt::format("{}.tile({}, {})", name_of(op), b, bj));
+        // A part's output: its [M, N] slice of the partials.
+        const View out = parts > 1 ? View{static_cast<int>(r), partials, part * M * N, {M, N}} : c;
+        abi::GemmTileArgs g{};
+        g.m0 = b * bm;
+        g.m1 = std::min<int64_t>(M, g.m0 + bm);
+        g.n0 = bj * bn;
+        g.n1 = std::min<int64_t>(N, g.n0 + bn);
+        g.k_step = bk;
+        g.fn = op.device_fn;
+        g.has_bias = bias != op.tensor_args.end() ? 1 : 0;
+        g.map_a = g.map_b = abi::kNoMap;  // code generation assigns TMA descriptors
+        g.k0 = part * part_k;
+        g.k1 = std::min<int64_t>(K, g.k0 + part_k);
+        t.views = {a, bv, out};
+        set_args(t, g);
+        t.reads = {box(a, {g.m0, g.k0}, {g.m1, g.k1}), box(bv, {g.k0, g.n0}, {g.k1, g.n1})};
+        if (g.has_bias) {
+          const View bb = whole(bias->second, r);
+          t.views.push_back(bb);
+          t.reads.push_back(box(bb, {g.n0}, {g.n1}));
+        }
+        t.writes = {box(out, {g.m0, g.n0}, {g.m1, g.n1})};
+        emit(std::move(t));
+      }
+    }
+    if (parts == 1) continue;
+    // The sum of the parts, spread over every compute CTA: pieces of about M * N / CTAs
+    // elements (at least 1024), each a run of one row or whole rows of C.
+    const View pv{static_cast<int>(r), partials, 0, {parts, M, N}};
+    const int64_t per = std::max<int64_t>(1024, cdiv(M * N, ctas));
+    const int64_t pieces = N >= per ? cdiv(N, per) : 1;                  // per row
+    const int64_t cols = pieces > 1 ? cdiv(cdiv(N, pieces), 8) * 8 : N;  // per piece
+    const int64_t rows_per = pieces > 1 ? 1 : std::clamp<int64_t>(per / N, 1, M);
+    for (int64_t r0 = 0, n = 0; r0 < M; r0 += rows_per) {
+      const int64_t r1 = std::min(M, r0 + rows_per);
+      for (int64_t c0 = 0; c0 < N; c0 += cols, ++n) {
+        const int64_t c1 = std::min(N, c0 + cols);
+        Task t = task(i, r, TaskKind::kReduceTile, fmt::format("{}.sum({})", name_of(op), n));
+        t.views = {pv, c};
+        set_args(t, abi::ReduceTileArgs{r0 * N + c0, (r1 - 1) * N + c1, 0, abi::kSum});
+        t.reads = {box(pv, {0, r0, c0}, {parts, r1, c1})};
+        t.writes = {box(c, {r0, c0}, {r1, c1})};
+        emit(std::move(t));
+      }
+    }
+  }
+}
+
+// grouped_gemm_tile (abi::GroupedGemmTileArgs): views {X, W, Y, counts}. Rows of X are grouped by
+// group in order; counts (summed over its leading dims) says how many rows each group has, at run
+// time. Each group's rows are cut into tiles of bm rows and each tile into column blocks of bn;
+// persistent workers, as many as the kernel has compute CTAs (schedule.h, compute_ctas), share
+// those items, each finding its items' groups and rows from counts when it runs. A rank has at
+// most min(rows, cdiv(rows, bm) + groups) tiles (every group adds at most one partial tile, and
+// every tile has a row), so no more workers than items are made.
+//
+// Where a worker's rows are is known only at run time, so its boxes are conservative: it reads all
+// of X, W and counts and writes Y as a scatter box (the workers of one operation write disjoint
+// elements by construction). Consumers of Y then wait for the whole operation through one
+// counter.
+void Lowerer::lower_grouped_gemm(int i) {
+  const OpInstance& op = s_.ops[i];
+  const int64_t rows = op.outputs[0].shape[0], N = op.outputs[0].shape[1];
+  const int64_t groups = op.inputs[1].shape[0];
+  int64_t bm = 128, bn = 128;
+  if (op.tile.empty()) {
+    bn = N >= 256 ? 256 : 128;
+  } else {
+    bm = op.tile[0];
+    bn = op.tile.size() > 1 ? op.tile[1] : bn;
+  }
+  const int64_t items = std::min(rows, cdiv(rows, bm) + groups) * cdiv(N, bn);
+  const int64_t workers = std::max<int64_t>(1, std::min(items, kernel_compute_ctas(s_, opts_.sms)));
+  plan_.decisions.push_back(Decision{
+      name_of(op), fmt::format("tile({}, {}), {} workers", bm, bn, workers),
+      fmt::format("{}up to {} tiles x {} column blocks; one worker per compute CTA",
+                  op.tile.empty() ? "default tile; " : "", items / cdiv(N, bn), cdiv(N, bn))});
+  const int counts = op.tensor_args.at("counts");
+  for (int64_t r = 0; r < R(); ++r) {
+    for (int64_t w = 0; w < workers; ++w) {
+      Task t = task(i, r, TaskKind::kGroupedGemmTile, fmt::format("{}.worker({})", name_of(op), w));
+      const View x = view(op.inputs[0], r), wv = view(op.inputs[1], r), y = view(op.outputs[0], r),
+                 c = whole(counts, r);
+      abi::GroupedGemmTileArgs g{};
+      g.worker = w;
+      g.workers = workers;
+      g.bm = bm;
+      g.bn = bn;
+      g.fn = op.device_fn;
+      g.map_x = g.map_w = abi::kNoMap;  // code generation assigns TMA descriptors
+      t.views = {x, wv, y, c};
+      set_args(t, g);
+      t.reads = {whole_box(x), whole_box(wv), whole_box(c)};
+      t.writes = {whole_box(y)};
+      t.writes.back().scatter = true;
+      emit(std::move(t));
+    }
+  }
+}
+
+// map_tile (abi::MapTileArgs): views {X1, ..., Xn, Y}; copy (abi::CopyArgs): views {X, Y}. Both
+// work on rows [r0, r1) of their views' leading dimension.
+//
+// With tile(rows, ...), a task takes `rows` rows of the tensor's leading dimension. Without it, a
+// task takes about 16K elements as one contiguous block: whole trailing dimensions and a range
+// of the first one that fits (dimensions before it one index at a time, like chunks), so that a
+// tensor whose leading dimension is short ([2, B, H, S, D]: ring attention's K,V) still spreads
+// over many CTAs; the device then sees the block as a flat 1-D view (its rows are elements), and
+// the boxes stay in the tensor's dimensions.
+void Lowerer::lower_rows(int i) {
+  const OpInstance& op = s_.ops[i];
+  const std::vector<int64_t>& shape = op.outputs[0].shape;
+  const bool is_map = op.kind == OpKind::kMap;
+  const auto args = [&](Task& t, int64_t r0, int64_t r1) {
+    if (is_map) {
+      set_args(t, abi::MapTileArgs{r0, r1, op.device_fn});
+    } else {
+      set_args(t, abi::CopyArgs{r0, r1});
+    }
+  };
+  if (!op.tile.empty()) {
+    const int64_t rows_per = op.tile[0];
+    for (int64_t r = 0; r < R(); ++r) {
+      for (int64_t r0 = 0; r0 < shape[0]; r0 += rows_per) {
+        const int64_t r1 = std::min(shape[0], r0 + rows_per);
+        Task t = task(i, r, is_map ? TaskKind::kMapTile : TaskKind::kCopy,
+                      fmt::format("{}.tile({})", name_of(op), r0 / rows_per));
+        for (const TensorUse& u : op.inputs) {
+          t.views.push_back(view(u, r));
+          t.reads.push_back(box(t.views.back(), {r0}, {r1}));
+        }
+        t.views.push_back(view(op.outputs[0], r));
+        t.writes.push_back(box(t.views.back(), {r0}, {r1}));
+        args(t, r0, r1);
+        emit(std::move(t));
+      }
+    }
+    return;
+  }
+  // The block: dims after `k` whole, up to `per` rows of dim k, one index of the dims before.
+  constexpr int64_t kTarget = 16384;
+  size_t k = shape.size() - 1;
+  while (k > 0 && product(shape, k) <= kTarget) --k;
+  const int64_t inner = product(shape, k + 1);
+  std::vector<int64_t> sizes(shape.size(), 1);
+  sizes[k] =
+      std::max<int64_t>(1, std::min<int64_t>(shape[k], kTarget / std::max<int64_t>(1, inner)));
+  for (size_t d = k + 1; d < shape.size(); ++d) sizes[d] = shape[d];
+  const auto blocks = chunk_grid(shape, sizes);
+  for (int64_t r = 0; r < R(); ++r) {
+    for (size_t c = 0; c < blocks.size(); ++c) {
+      const auto& [lo, hi] = blocks[c];
+      int64_t first = 0, count = 1;
+      for (size_t d = 0; d < shape.size(); ++d) {
+        first = first * shape[d] + lo[d];
+        count *= hi[d] - lo[d];
+      }
+      Task t = task(i, r, is_map ? TaskKind::kMapTile : TaskKind::kCopy,
+                    fmt::format("{}.tile({})", name_of(op), c));
+      const auto flat = [&](const TensorUse& u, std::vector<Box>* boxes) {
+        const View v = view(u, r);
+        boxes->push_back(box(v, lo, hi));
+        t.views.push_back(View{v.rank, v.buffer, v.offset + first, {count}});
+      };
+      for (const TensorUse& u : op.inputs) flat(u, &t.reads);
+      flat(op.outputs[0], &t.writes);
+      args(t, 0, count);
+      emit(std::move(t));
+    }
+  }
+}
+
+// reduce_tile (abi::ReduceTileArgs): views {X, Y}; elements [y0, y1) of Y (flat), whole rows of
+// Y's leading dimension, so that each tile reads and writes only its own rows (the rows of X they
+// come from: X's leading rows, or its second dimension's when the reduction is over the first).
+void Lowerer::lower_reduce(int i) {
+  const OpInstance& op = s_.ops[i];
+  const std::vector<int64_t>& ys = op.outputs[0].shape;
+  const int64_t axis = op.ints.at("axis");
+  const int64_t rows = ys.empty() ? 1 : ys[0], row = product(ys, 1);
+  const int64_t per = op.tile.empty() ? 4096 : product(op.tile);
+  const int64_t rows_per = std::max<int64_t>(1, per / std::max<int64_t>(1, row));
+  for (int64_t r = 0; r < R(); ++r) {
+    for (int64_t r0 = 0; r0 < rows; r0 += rows_per) {
+      const int64_t r1 = std::min(rows, r0 + rows_per);
+      Task t =
+          task(i, r, TaskKind::kReduceTile, fmt::format("{}.tile({})", name_of(op), r0 / rows_per));
+      const View x = view(op.inputs[0], r), y = view(op.outputs[0], r);
+      t.views = {x, y};
+      set_args(t, abi::ReduceTileArgs{r0 * row, r1 * row, axis, reduce_code(op.reduce_op)});
+      if (ys.empty()) {
+        t.reads = {whole_box(x)};
+        t.writes = {whole_box(y)};
+      } else {
+        t.reads = {axis == 0 ? box(x, {0, r0}, {x.shape[0], r1}) : box(x, {r0}, {r1})};
+        t.writes = {box(y, {r0}, {r1})};
+      }
+      emit(std::move(t));
+    }
+  }
+}
+
+// attention_tile (abi::AttentionTileArgs): views {Q, K, V, O[, acc, m, l]}, each flattened for the
+// device to [L, S, D] (L the product of the leading dims). With accumulate, acc/m/l (f32,
+// compiler scratch per declaration, [L, Sq, Dv] / [L, Sq, 1] / [L, Sq, 1]) carry the online softmax
+// over the instances of a loop. The boxes stay in the tensors' own dimensions: slice l of the
+// leading dims is one index per dimension (unravelled), so they meet the boxes the K,V shift
+// writes.
+void Lowerer::lower_attention(int i) {
+  const OpInstance& op = s_.ops[i];
+  const TensorUse& q = op.inputs[0];
+  const size_t n = q.shape.size();
+  const std::vector<int64_t> lead_shape(q.shape.begin(), q.shape.end() - 2);
+  const int64_t L = product(lead_shape);
+  const int64_t Sq = q.shape[n - 2], Dv = op.outputs[0].shape[n - 1];
+  // 128 queries by default (the tensor-core tile's); the SIMT tile holds the row statistics of at
+  // most 256.
+  const int64_t bq = std::min<int64_t>(op.tile.empty() ? 128 : op.tile[0], 256);
+  // A merge group of one instance (a loop of one step: ring attention at R = 1) has nothing to
+  // merge: no state.
+  const bool acc = compiler::accumulates(op) && !(op.first_of_group && op.last_of_group);
+  const double scale = op.floats.at("scale");  // the checker sets the default
+  int64_t scale_bits = 0;
+  std::memcpy(&scale_bits, &scale, sizeof(scale));
+  // The instances that merge into one slice of O share the state: the first sets it up, the last
+  // writes O. The buffers are named after the group's first instance and the slice.
+  const bool first = !acc || op.first_of_group, last = !acc || op.last_of_group;
+  int state = -1;
+  if (acc) {
+    const TensorUse& o = op.outputs[0];
+    const std::pair<int, std::vector<int64_t>> slice{o.tensor, o.index};
+    auto it = attention_state_.find(slice);
+    if (it == attention_state_.end()) {
+      std::string name = op.name;
+      for (size_t d = 0; d < o.index.size(); ++d)
+        name += fmt::format("{}{}", d == 0 ? "[" : ", ", o.index[d]);
+      if (!o.index.empty()) name += "]";
+      const int a = add_buffer(name + ".acc", compiler::DType::kF32, {L, Sq, Dv}, false);
+      add_buffer(name + ".max", compiler::DType::kF32, {L, Sq, 1}, false);
+      add_buffer(name + ".sum", compiler::DType::kF32, {L, Sq, 1}, false);
+      it = attention_state_.emplace(slice, a).first;
+    }
+    state = it->second;
+  }
+  const int64_t causal = op.ints.count("causal") ? op.ints.at("causal") : 0;
+  // The merge group's instances in program order, when they cut O into the same query tiles:
+  // per tile, the first instance that sees a key of it sets the state up and the last writes O,
+  // so the instances of fully masked blocks around them (causal ring attention) return at once
+  // instead of setting up or finishing the state without any key.
+  std::vector<int> group;
+  if (acc) {
+    for (int j = 0; j < static_cast<int>(s_.ops.size()); ++j) {
+      const OpInstance& m = s_.ops[j];
+      if (compiler::accumulates(m) && m.outputs[0].tensor == op.outputs[0].tensor &&
+          m.outputs[0].index == op.outputs[0].index)
+        group.push_back(j);
+    }
+    for (int j : group) {
+      const OpInstance& m = s_.ops[j];
+      if (std::min<int64_t>(m.tile.empty() ? 128 : m.tile[0], 256) != bq) group.clear();
+      if (group.empty()) break;
+    }
+  }
+  const auto position = std::find(group.begin(), group.end(), i) - group.begin();
+  // Whether instance j of the group sees any key of the query tile ending at q1 on rank r.
+  const auto sees = [&](int j, int64_t r, int64_t q1) {
+    const OpInstance& m = s_.ops[j];
+    if (!(m.ints.count("causal") && m.ints.at("causal"))) return true;
+    const size_t mn = m.inputs[1].shape.size();
+    return q1 + compiler::causal_offset(m, r, s_, Sq, m.inputs[1].shape[mn - 2]) > 0;
+  };
+  // The device's [L, S, D] view of a [..., S, D] one.
+  const auto flat = [&](View v) {
+    const size_t m = v.shape.size();
+    v.shape = {L, v.shape[m - 2], v.shape[m - 1]};
+    return v;
+  };
+  // Slice l of the leading dims as one index each.
+  const auto unravel = [&](int64_t l) {
+    std::vector<int64_t> idx(lead_shape.size());
+    for (size_t d = lead_shape.size(); d-- > 0;) {
+      idx[d] = l % lead_shape[d];
+      l /= lead_shape[d];
+    }
+    return idx;
+  };
+  // The box of rows [r0, r1) (all of the last dim) of slice l of view v.
+  const auto rows = [&](const View& v, const std::vector<int64_t>& at, int64_t r0, int64_t r1) {
+    std::vector<int64_t> lo = at, hi = at;
+    for (int64_t& h : hi) ++h;
+    lo.push_back(r0);
+    hi.push_back(r1);
+    return box(v, lo, hi);
+  };
+  for (int64_t r = 0; r < R(); ++r) {
+    const View qv = view(q, r), kv = view(op.inputs[1], r), vv = view(op.inputs[2], r),
+               ov = view(op.outputs[0], r);
+    const int64_t tiles = (Sq + bq - 1) / bq;
+    const int64_t offset = causal ? compiler::causal_offset(op, r, s_, Sq, kv.shape[n - 2]) : 0;
+    // Per query tile (by q0 / bq): this instance's place among those of the group that see a key
+    // of it, the same for every slice l — {opens, closes, ahead of the opener}; the group's own
+    // first and last when none does.
+    std::vector<std::array<bool, 3>> ends(tiles, std::array<bool, 3>{first, last, false});
+    if (!group.empty()) {
+      for (int64_t k = 0; k < tiles; ++k) {
+        const int64_t q1 = std::min(Sq, (k + 1) * bq);
+        int64_t f = -1, e = -1;
+        for (size_t g = 0; g < group.size(); ++g) {
+          if (!sees(group[g], r, q1)) continue;
+          if (f < 0) f = static_cast<int64_t>(g);
+          e = static_cast<int64_t>(g);
+        }
+        if (f >= 0) ends[k] = {position == f, position == e, position < f};
+      }
+    }
+    for (int64_t l = 0; l < L; ++l) {
+      const std::vector<int64_t> at = unravel(l);
+      for (int64_t qi = 0; qi < tiles; ++qi) {
+        // Causal: a slice's last tiles see the most keys and come first, so that the scheduler's
+        // least-loaded placement (schedule.cc) ends with the light ones.
+        const int64_t q0 = (causal ? tiles - 1 - qi : qi) * bq, q1 = std::min(Sq, q0 + bq);
+        Task t = task(i, r, TaskKind::kAttentionTile,
+                      fmt::format("{}.tile({}, {})", name_of(op), l, q0 / bq));
+        t.views = {flat(qv), flat(kv), flat(vv), flat(ov)};
+        const auto [tile_first, tile_last, before] = ends[q0 / bq];
+        set_args(t, abi::AttentionTileArgs{l, q0, q1, causal, offset, acc ? 1 : 0,
+                                           tile_first ? 1 : 0, tile_last ? 1 : 0, scale_bits,
+                                           abi::kNoMap, abi::kNoMap, abi::kNoMap});
+        t.reads = {rows(qv, at, q0, q1), rows(kv, at, 0, kv.shape[n - 2]),
+                   rows(vv, at, 0, vv.shape[n - 2])};
+        if (acc) {
+          for (int k = 0; k < 3; ++k) t.views.push_back(whole(state + k, r));
+          for (int k = 0; k < 3; ++k) {
+            const Box b = box(whole(state + k, r), {l, q0}, {l + 1, q1});
+            if (!tile_first && !before) t.reads.push_back(b);
+            t.writes.push_back(b);
+          }
+        }
+        // The group's last instance is said to write O too, whichever instance does: what waits
+        // for it (`after att[R - 1].tile`) waits for the tile's real last through the chain.
+        if (tile_last || last) t.writes.push_back(rows(ov, at, q0, q1));
+        emit(std::move(t));
+      }
+    }
+  }
+}
+
+}  // namespace mkc::plan

@@ -1,0 +1,209 @@
+#include "compiler/passes/schedule.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <queue>
+
+#include "compiler/kinds/kind.h"
+#include "support/error.h"
+
+namespace mkc::plan {
+namespace {
+
+// The tasks that signal each event (several for a whole-operation counter).
+std::vector<std::vector<int>> producers(const Plan& p) {
+  std::vector<std::vector<int>> by_event(p.events.size());
+  for (size_t t = 0; t < p.tasks.size(); ++t) {
+    for (const Signal& s : p.tasks[t].signals) by_event[s.event].push_back(static_cast<int>(t));
+  }
+  return by_event;
+}
+
+[[noreturn]] void report_cycle(const Plan& p, const std::vector<std::vector<int>>& by_event,
+                               const std::vector<int>& indeg) {
+  // Walk back along waits among the tasks left over until a task repeats: that is a cycle.
+  int start = -1;
+  for (size_t t = 0; t < indeg.size(); ++t) {
+    if (indeg[t] > 0) start = static_cast<int>(t);
+  }
+  std::vector<int> path;
+  std::vector<int> pos(p.tasks.size(), -1);
+  int v = start;
+  while (pos[v] < 0) {
+    pos[v] = static_cast<int>(path.size());
+    path.push_back(v);
+    int next = -1;
+    for (const Wait& w : p.tasks[v].waits) {
+      for (int pr : by_event[w.event]) {
+        if (indeg[pr] > 0 && w.lag == 0) next = pr;
+      }
+    }
+    if (next < 0) break;
+    v = next;
+  }
+  std::string chain;
+  for (size_t i = pos[v]; i < path.size(); ++i) {
+    chain += fmt::format("{}{} (rank {})", i == static_cast<size_t>(pos[v]) ? "" : " waits for ",
+                         p.tasks[path[i]].label, p.tasks[path[i]].rank);
+  }
+  chain += fmt::format(" waits for {} (rank {})", p.tasks[v].label, p.tasks[v].rank);
+  throw UserError(fmt::format("plan `{}` has a wait cycle, a deadlock: {}", p.schedule, chain));
+}
+
+// What a task costs a CTA, for balancing the comm CTAs: the bytes of the boxes it reads and
+// writes, plus a fixed 4 KiB for the wait and signal around it (so tasks that move nothing
+// spread too).
+int64_t task_cost(const Plan& p, const Task& t) {
+  int64_t bytes = 4096;
+  for (const std::vector<Box>* boxes : {&t.reads, &t.writes}) {
+    for (const Box& b : *boxes) {
+      int64_t v = 1;
+      for (size_t d = 0; d < b.lo.size(); ++d) v *= b.hi[d] - b.lo[d];
+      bytes += v * compiler::dtype_bytes(p.buffers[b.buffer].dtype);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+int64_t compute_ctas(const std::map<std::string, int64_t>& roles, bool any_comm, bool any_compute,
+                     int64_t sms) {
+  if (!roles.empty()) return roles.count("compute") ? roles.at("compute") : 0;
+  if (any_comm && any_compute) return sms - std::clamp<int64_t>(sms / 8, 1, 16);
+  return any_comm ? 0 : sms;
+}
+
+void schedule(Plan& plan, const ScheduleOptions& options) {
+  const size_t n = plan.tasks.size();
+  const std::vector<std::vector<int>> by_event = producers(plan);
+  // Topological order over this launch's waits (lagged waits point at the previous launch).
+  std::vector<int> indeg(n, 0);
+  std::vector<std::vector<int>> out(n);
+  for (size_t t = 0; t < n; ++t) {
+    for (const Wait& w : plan.tasks[t].waits) {
+      const std::vector<int>& prs = by_event[w.event];
+      if (static_cast<int64_t>(prs.size()) != w.count)
+        throw InternalError(
+            fmt::format("event {} of task {} has {} producer(s), the wait counts {}",
+                        plan.events[w.event].name, plan.tasks[t].label, prs.size(), w.count));
+      if (w.lag != 0) continue;
+      for (int pr : prs) {
+        ++indeg[t];
+        out[pr].push_back(static_cast<int>(t));
+      }
+    }
+  }
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (size_t t = 0; t < n; ++t) {
+    if (indeg[t] == 0) ready.push(static_cast<int>(t));
+  }
+  int order = 0;
+  while (!ready.empty()) {
+    const int t = ready.top();
+    ready.pop();
+    plan.tasks[t].order = order++;
+    for (int c : out[t]) {
+      if (--indeg[c] == 0) ready.push(c);
+    }
+  }
+  if (order != static_cast<int>(n)) report_cycle(plan, by_event, indeg);
+
+  // Roles.
+  // Fences and launch ends are bookkeeping: they do not ask for comm CTAs by themselves.
+  bool any_compute = false, any_comm = false;
+  for (const Task& t : plan.tasks) {
+    const kinds::Kind& kind = kinds::kind_of(t);
+    if (!kind.bookkeeping()) (kind.is_comm() ? any_comm : any_compute) = true;
+  }
+  int64_t compute = 0, comm = 0;
+  if (!options.roles.empty()) {
+    compute = options.roles.count("compute") ? options.roles.at("compute") : 0;
+    comm = options.roles.count("comm") ? options.roles.at("comm") : 0;
+    if (any_compute && compute == 0)
+      throw UserError(fmt::format(
+          "schedule `{}` has compute work but `roles` gives it no compute CTAs", plan.schedule));
+    if (any_comm && comm == 0)
+      throw UserError(fmt::format(
+          "schedule `{}` has communication but `roles` gives it no comm CTAs", plan.schedule));
+    if (compute + comm > options.sms) {
+      throw UserError(fmt::format("schedule `{}`: roles ask for {} CTAs, the target has {} SMs",
+                                  plan.schedule, compute + comm, options.sms));
+    }
+  } else {
+    compute = compute_ctas(options.roles, any_comm, any_compute, options.sms);
+    comm = options.sms - compute;
+  }
+  plan.roles = {Role{"compute", 0, static_cast<int>(compute)},
+                Role{"comm", static_cast<int>(compute), static_cast<int>(comm)}};
+  const int64_t ctas = compute + comm;
+
+  // Per-rank CTA lists in the global order. Compute tiles go round robin (they cost alike), but
+  // attention tiles go by their work (below); a comm task goes to the comm CTA with the least
+  // work so far (bytes moved), the next one in turn among equals: a collective's phases (sends,
+  // reductions, broadcasts) cost differently, and round robin could give each CTA one phase
+  // only, leaving the slow phase on a third of them.
+  std::vector<int> by_order(n);
+  for (size_t t = 0; t < n; ++t) by_order[plan.tasks[t].order] = static_cast<int>(t);
+  plan.cta_tasks.assign(plan.ranks, std::vector<std::vector<int>>(ctas));
+  std::vector<int64_t> next_compute(plan.ranks, 0), next_comm(plan.ranks, 0),
+      next_any(plan.ranks, 0);
+  std::vector<std::vector<int64_t>> comm_load(plan.ranks, std::vector<int64_t>(comm, 0));
+  std::vector<std::vector<int64_t>> costed_load(plan.ranks, std::vector<int64_t>(compute, 0));
+  // A group's CTA, the same on every rank: groups take the comm CTAs in turn, shifted by one CTA
+  // each round, so that a CTA's chunks do not all have the same owner (a two-shot all-reduce's
+  // owner of chunk c is rank c mod R: with an even CTA count and R = 2, plain turns gave half the
+  // CTAs every reduction and the other half only sends).
+  std::map<std::pair<int, int64_t>, int64_t> group_cta;
+  int64_t next_group = 0;
+  for (int t : by_order) {
+    Task& task = plan.tasks[t];
+    const kinds::Kind& kind = kinds::kind_of(task);
+    int cta;
+    const bool on_comm = comm > 0 && (kind.is_comm() || compute == 0);
+    std::optional<int64_t> compute_load;
+    if (kind.runs_anywhere()) {
+      // Row moves: every CTA in turn, comm CTAs first (they have no persistent worker after).
+      cta = static_cast<int>((compute + next_any[task.rank]++) % ctas);
+    } else if (on_comm) {
+      std::vector<int64_t>& load = comm_load[task.rank];
+      int64_t best = next_comm[task.rank] % comm;
+      if (task.group >= 0) {
+        const auto [it, fresh] =
+            group_cta.try_emplace({task.op, task.group}, (next_group + next_group / comm) % comm);
+        if (fresh) ++next_group;
+        best = it->second;
+      } else {
+        for (int64_t i = 1; i < comm; ++i) {
+          const int64_t c = (next_comm[task.rank] + i) % comm;
+          if (load[c] < load[best]) best = c;
+        }
+        next_comm[task.rank] = best + 1;
+      }
+      load[best] += task_cost(plan, task);
+      cta = static_cast<int>(compute + best);
+    } else if ((compute_load = kind.compute_load(task))) {
+      // Tiles of a kind whose tiles differ in cost (attention: causal ones by up to the number of
+      // key blocks): each goes to the compute CTA with the least such work so far, the next one
+      // in turn among equals (equal tiles: round robin).
+      std::vector<int64_t>& load = costed_load[task.rank];
+      int64_t best = next_compute[task.rank] % compute;
+      for (int64_t i = 1; i < compute; ++i) {
+        const int64_t c = (next_compute[task.rank] + i) % compute;
+        if (load[c] < load[best]) best = c;
+      }
+      next_compute[task.rank] = best + 1;
+      load[best] += *compute_load;
+      cta = static_cast<int>(best);
+    } else {
+      cta = static_cast<int>(next_compute[task.rank]++ % compute);
+    }
+    task.cta = cta;
+    plan.cta_tasks[task.rank][cta].push_back(t);
+  }
+}
+
+}  // namespace mkc::plan

@@ -1,0 +1,212 @@
+// Declarations: parameters (their defaults or -D overrides, each at least 1, evaluated in order so
+// a parameter may use only earlier ones), tensors (element type, shape, size in bytes), device
+// functions (the signature mkc can call, a name the generated C++ can take, a body without
+// preprocessor directives) and CTA roles (known names, counts that fit the GPU).
+// A tensor that fails here is remembered as broken, so its uses later stay quiet.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "compiler/sema/checker.h"
+#include "compiler/sema/device_code.h"
+#include "dsl/suggest.h"
+
+namespace mkc::compiler {
+
+using dsl::DiagKind;
+using dsl::Expr;
+using dsl::Span;
+
+namespace {
+
+const std::vector<std::string> kRoles = {"compute", "comm", "proxy", "reduce"};
+
+}  // namespace
+
+void Checker::check_defines() {
+  for (const auto& [name, value] : opts_.defines) {
+    auto it = symbols_.find(name);
+    if (it == symbols_.end() || it->second.kind != Symbol::kParam) {
+      auto& d = error(DiagKind::kUnknownParam, sched_.name_span,
+                      fmt::format("-D {}={}: schedule `{}` has no parameter `{}`", name, value,
+                                  sched_.name, name));
+      std::vector<std::string> params;
+      for (const auto* p : param_decls_) params.push_back(p->name);
+      const std::string s = dsl::did_you_mean(name, params);
+      d.set_hint(!s.empty()       ? s.substr(1)
+                 : params.empty() ? std::string("this schedule declares no parameters")
+                                  : fmt::format("its parameters are: {}", fmt::join(params, ", ")));
+    }
+  }
+}
+
+void Checker::evaluate_params() {
+  evaluating_params_ = true;
+  for (const dsl::ParamDecl* p : param_decls_) {
+    auto def = opts_.defines.find(p->name);
+    if (def == opts_.defines.end()) {
+      if (depends_on_ranks(p->value)) ranks_names_.insert(p->name);
+      if (auto v = eval_positive(p->value, EvalCtx{}, "parameter", p->name))
+        out_.params[p->name] = *v;
+    } else if (def->second <= 0) {
+      error(DiagKind::kParamRange, p->name_span,
+            fmt::format("-D {}={}: parameters must be at least 1", p->name, def->second));
+    } else {
+      out_.params[p->name] = def->second;
+    }
+  }
+  evaluating_params_ = false;
+}
+
+void Checker::check_decl_item(const dsl::Item& it) {
+  if (auto* t = std::get_if<dsl::TensorDecl>(&it.node)) {
+    check_tensor(*t);
+  } else if (auto* f = std::get_if<dsl::DeviceFn>(&it.node)) {
+    check_device_fn(*f);
+  } else if (auto* roles = std::get_if<std::vector<dsl::RoleDecl>>(&it.node)) {
+    check_roles(*roles);
+  }
+}
+
+void Checker::check_tensor(const dsl::TensorDecl& t) {
+  Tensor out;
+  out.name = t.name;
+  out.kind = t.kind;
+  out.placement = t.placement;
+  out.span = t.span;
+  bool ok = true;
+  if (!parse_dtype(t.dtype, &out.dtype)) {
+    ok = false;
+    auto& d = error(DiagKind::kUnknownDtype, t.dtype_span,
+                    fmt::format("unknown element type `{}`", t.dtype));
+    const std::string s = dsl::did_you_mean(t.dtype, dtype_names());
+    d.set_hint(s.empty() ? fmt::format("element types: {}", fmt::join(dtype_names(), ", "))
+                         : s.substr(1));
+  }
+  EvalCtx ctx;
+  ctx.exact_division = true;
+  int64_t bytes = dtype_bytes(out.dtype);
+  for (const Expr& e : t.shape) {
+    if (depends_on_ranks(e)) ranks_names_.insert(t.name);
+    auto v = eval_positive(e, ctx, "shape dimension");
+    if (!v) {
+      ok = false;
+      continue;
+    }
+    out.shape.push_back(*v);
+    if (ok && __builtin_mul_overflow(bytes, *v, &bytes)) {
+      error(DiagKind::kOverflow, t.shape_span,
+            fmt::format("tensor `{}` is too large: its size in bytes overflows 64 bits{}", t.name,
+                        ranks_names_.count(t.name) ? r_note_ : ""));
+      ok = false;
+    }
+  }
+  if (!ok) broken_tensors_.insert(t.name);
+  tensor_index_[t.name] = static_cast<int>(out_.tensors.size());
+  out_.tensors.push_back(std::move(out));
+}
+
+void Checker::check_device_fn(const dsl::DeviceFn& f) {
+  DeviceFunction out;
+  out.name = f.name;
+  out.body = f.body;
+  out.body_span = f.body_span;
+  if (const char* why = reserved_device_name(f.name)) {
+    error(DiagKind::kDeviceFunction, f.name_span,
+          fmt::format("`{}` cannot name a device function: it is {}", f.name, why))
+        .set_hint(
+            "device functions become C++ functions of the generated kernel; pick another name");
+  }
+  if (auto at = find_preprocessor_directive(f.body)) {
+    const std::string_view rest = std::string_view(f.body).substr(*at);
+    const size_t end = std::min(rest.find('\n'), rest.size());
+    const uint32_t begin = f.body_span.begin + static_cast<uint32_t>(*at);
+    error(DiagKind::kDeviceFunction, Span{begin, begin + static_cast<uint32_t>(end)},
+          fmt::format("the body of device function `{}` holds a preprocessor directive", f.name))
+        .set_hint(
+            "the body is compiled as written, on the machine that compiles the kernel: "
+            "`#include`, `#define`, `#pragma` and `_Pragma` are not allowed in it");
+  }
+  std::set<std::string> seen;
+  for (const dsl::DeviceParam& p : f.params) {
+    if (const char* why = reserved_device_name(p.name)) {
+      error(DiagKind::kDeviceFunction, p.span,
+            fmt::format("`{}` cannot name a parameter of `{}`: it is {}", p.name, f.name, why))
+          .set_hint("pick another name");
+    }
+    DType t{};
+    if (!parse_dtype(p.type, &t) || dtype_is_fp8(t)) {
+      error(DiagKind::kDeviceFunction, p.span,
+            fmt::format("parameter `{}` of `{}` has type `{}`, which device functions cannot take",
+                        p.name, f.name, p.type))
+          .set_hint(
+              "device function parameters and results are scalars: f32, f16, bf16, f64, i32 or "
+              "i64");
+    }
+    if (!seen.insert(p.name).second) {
+      error(DiagKind::kDeviceFunction, p.span,
+            fmt::format("parameter `{}` of `{}` is declared twice", p.name, f.name));
+    }
+    out.params.emplace_back(p.name, t);
+  }
+  if (!parse_dtype(f.ret_type, &out.ret) || dtype_is_fp8(out.ret)) {
+    error(
+        DiagKind::kDeviceFunction, f.ret_span,
+        fmt::format("`{}` returns `{}`, which device functions cannot return", f.name, f.ret_type))
+        .set_hint(
+            "device function parameters and results are scalars: f32, f16, bf16, f64, i32 or "
+            "i64");
+  }
+  if (f.params.empty()) {
+    error(DiagKind::kDeviceFunction, f.name_span,
+          fmt::format("device function `{}` takes no parameters", f.name))
+        .set_hint(
+            "a device function maps elements: give it at least one parameter, e.g. `(x: f32)`");
+  }
+  if (f.body.find("return") == std::string::npos) {
+    error(DiagKind::kDeviceFunction,
+          f.body_span.end > f.body_span.begin ? f.body_span : f.name_span,
+          fmt::format("device function `{}` never returns a value", f.name))
+        .set_hint("its C++ body must `return` a value of the declared result type");
+  }
+  device_index_[f.name] = static_cast<int>(out_.device_fns.size());
+  out_.device_fns.push_back(std::move(out));
+}
+
+void Checker::check_roles(const std::vector<dsl::RoleDecl>& roles) {
+  int64_t total = 0;
+  bool overflow = false;
+  Span all = roles.front().role_span;
+  for (const dsl::RoleDecl& r : roles) {
+    all = Span::merge(all, r.count.span);
+    if (std::find(kRoles.begin(), kRoles.end(), r.role) == kRoles.end()) {
+      auto& d =
+          error(DiagKind::kBadArgument, r.role_span, fmt::format("unknown role `{}`", r.role));
+      const std::string s = dsl::did_you_mean(r.role, kRoles);
+      d.set_hint(s.empty() ? fmt::format("roles: {}", fmt::join(kRoles, ", ")) : s.substr(1));
+      continue;
+    }
+    if (out_.roles.count(r.role)) {
+      error(DiagKind::kDuplicateName, r.role_span, fmt::format("role `{}` given twice", r.role));
+      continue;
+    }
+    auto v = eval_positive(r.count, EvalCtx{}, "role count");
+    if (!v) continue;
+    out_.roles[r.role] = *v;
+    // The exact total, or "more than" the largest count when it does not fit in 64 bits.
+    if (__builtin_add_overflow(total, *v, &total)) {
+      total = INT64_MAX;
+      overflow = true;
+    }
+  }
+  if (total > opts_.sms) {
+    error(DiagKind::kRoleLimit, all,
+          fmt::format("the roles ask for {}{} CTAs, but a persistent kernel holds one CTA per "
+                      "multiprocessor and the target has {}",
+                      overflow ? "more than " : "", total, opts_.sms))
+        .set_hint(fmt::format(
+            "make the counts add up to at most {} (or pass --sms for another GPU)", opts_.sms));
+  }
+}
+
+}  // namespace mkc::compiler

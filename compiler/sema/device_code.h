@@ -1,0 +1,35 @@
+// What a device function may not be called or contain, for the CUDA C++ that code generation
+// emits around it. A device function's name and parameter names become C++ identifiers at
+// namespace scope of the generated kernel, and its body is pasted in as written and compiled by
+// NVRTC: a name that is a keyword, a type or something the generated code or CUDA already defines
+// breaks that compile, and a preprocessor directive in the body would run on the machine that
+// compiles (`#include "/etc/passwd"` prints the file in NVRTC's diagnostics).
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "compiler/sema/program.h"
+
+namespace mkc::compiler {
+
+// The CUDA C++ type of an element type ("__nv_bfloat16", "float", ...).
+const char* cuda_type(DType t);
+
+// A device function as one line of CUDA C++: `__device__ __forceinline__ RET NAME(PARAMS) {BODY}`.
+// The generated kernel and the check's evaluator (runtime/device_fn_eval.h) both compile this.
+std::string device_function_definition(const DeviceFunction& f);
+
+// Why `name` cannot name a device function or one of its parameters ("a C++ keyword", ...), or
+// null when it can.
+const char* reserved_device_name(std::string_view name);
+
+// Where a preprocessor directive starts in a C++ `body` (the offset of its `#`, `%:` or `??=`, or
+// of `_Pragma`), or nullopt when there is none. Conservative: a `#` that begins a line after
+// spaces and comments counts even where C++ would see it inside a multi-line comment or raw
+// string, so that no directive can hide from the scan.
+std::optional<size_t> find_preprocessor_directive(std::string_view body);
+
+}  // namespace mkc::compiler
