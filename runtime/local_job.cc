@@ -49,7 +49,7 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
     }
     // Ranks on other nodes are reached through the proxies only: the plan's nodes (every
     // ranks_per_node consecutive ranks) must lie inside the job's (emulated nodes may be smaller).
-    const int64_t per_node = plan_.ranks_per_node > 0 ? plan_.ranks_per_node : n;
+    const int64_t per_node = plan_.per_node();
     if (!w.single_node() && (per_node > w.local_size || w.local_size % per_node != 0)) {
       throw UserError(fmt::format(
           "the job spans nodes ({} ranks, {} per node) but the plan was compiled for nodes of {} "

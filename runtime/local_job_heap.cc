@@ -92,7 +92,7 @@ void LocalJob::swap_heaps() {
       group.all_gather(std::string(reinterpret_cast<const char*>(&card), sizeof(card)));
   for (int r = 0; r < ranks(); ++r) {
     // Ranks of other nodes are reached through the proxies, never mapped.
-    if (r == me || plan_.node_of(r) != plan_.node_of(me)) continue;
+    if (r == me || plan_.crosses_node(me, r)) continue;
     HeapCard peer{};
     if (cards[r].size() != sizeof(peer)) {
       throw EnvironmentError(fmt::format(
@@ -140,7 +140,7 @@ void LocalJob::write_tables() {
   const auto tables_of = [&](int me, std::vector<CUdeviceptr>* buffers,
                              std::vector<CUdeviceptr>* events) {
     for (int r = 0; r < ranks(); ++r) {
-      const bool remote = plan_.node_of(r) != plan_.node_of(me);
+      const bool remote = plan_.crosses_node(me, r);
       for (size_t b = 0; b < offsets_.size(); ++b)
         buffers->push_back(remote ? offsets_[b] : address(r, static_cast<int>(b)));
       events->push_back(remote ? 0 : ranks_[r]->heap + events_offset_);

@@ -53,7 +53,7 @@ void LocalJob::start_proxies() {
     setup.rank = r;
     setup.world = n;
     for (int p = 0; p < n; ++p)
-      if (plan_.node_of(p) != plan_.node_of(r)) setup.peers.push_back(p);
+      if (plan_.crosses_node(r, p)) setup.peers.push_back(p);
     setup.ring = proxies_[r]->ring;
     setup.events = proxies_[r]->events.data();
     setup.num_events = num_events;

@@ -58,9 +58,15 @@ def cases(samples_dir):
     return out
 
 
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+
 def run_case(mkc, out_dir, case, timeout):
     key, path, params, ranks, per_node = case
-    dest = os.path.join(out_dir, key)
+    # Relative to the repository (mkc runs there): the generated banner names the file, and
+    # snapshots of two checkouts must compare.
+    path = os.path.relpath(os.path.abspath(path), ROOT)
+    dest = os.path.abspath(os.path.join(out_dir, key))
     os.makedirs(dest, exist_ok=True)
     args = [path, "--ranks", str(ranks), "--emit", "cu,plan"]
     if per_node:
@@ -70,15 +76,13 @@ def run_case(mkc, out_dir, case, timeout):
     cmd = [mkc, "compile"] + args + ["-o", os.path.join(dest, "out")]
     start = time.time()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
         rc, err = p.returncode, p.stderr
     except subprocess.TimeoutExpired:
         rc, err = "timeout", ""
     # The exit status and, for a refusal, the message (a success's summary has timings in it).
     with open(os.path.join(dest, "status.txt"), "w") as f:
-        # The samples' folder relative to the repository: snapshots of two checkouts compare.
-        shown = [os.path.relpath(path, os.path.join(os.path.dirname(__file__), ".."))] + args[1:]
-        f.write(f"compile {' '.join(shown)}\nexit {rc}\n")
+        f.write(f"compile {' '.join(args)}\nexit {rc}\n")
         if rc != 0:
             f.write(err)
     return key, rc, time.time() - start

@@ -345,7 +345,7 @@ Generated generate(const plan::Plan& plan, const CodegenOptions& options) {
   for (const plan::Task& t : plan.tasks) {
     const kinds::Kind& kind = kinds::kind_of(t);
     for (const plan::Box& b : t.writes) {
-      if (plan.node_of(b.rank) == plan.node_of(t.rank) || kind.may_write_other_node(t, b)) continue;
+      if (!plan.crosses_node(t.rank, b.rank) || kind.may_write_other_node(t, b)) continue;
       throw UserError(fmt::format(
           "schedule `{}` at {} ranks, {} per node: task `{}` on rank {} ({}) writes into rank "
           "{} on another node; {}: run it inside one node (--ranks-per-node {}), or check its "

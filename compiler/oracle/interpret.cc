@@ -124,14 +124,13 @@ class Machine {
   // (the device task ends only once its proxy has taken the bytes), destinations change when the
   // message lands, and messages of different channels overtake each other.
   void run_task(const Task& t) {
-    const int node = p_.node_of(t.rank);
     struct Saved {
       const Box* box;
       std::vector<std::pair<int64_t, double>> old;  // flat index, value before the task
     };
     std::vector<Saved> saved;
     for (const Box& b : t.writes) {
-      if (p_.node_of(b.rank) == node) continue;
+      if (!p_.crosses_node(t.rank, b.rank)) continue;
       Saved sv{&b, {}};
       const std::vector<double>& v = data_[b.rank][b.buffer];
       box_elements(b, [&](int64_t f) { sv.old.push_back({f, v[f]}); });

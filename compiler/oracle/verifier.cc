@@ -286,9 +286,9 @@ class Verifier {
         }
         producers_[s.event].push_back(static_cast<int>(t));
         const int from = p_.tasks[t].rank, to = p_.events[s.event].rank;
-        const HandOff want = from == to                           ? HandOff::kLocal
-                             : p_.node_of(from) == p_.node_of(to) ? HandOff::kPeerFlag
-                                                                  : HandOff::kProxy;
+        const HandOff want = from == to                   ? HandOff::kLocal
+                             : !p_.crosses_node(from, to) ? HandOff::kPeerFlag
+                                                          : HandOff::kProxy;
         if (s.handoff == HandOff::kProxy) {
           std::vector<int>& senders = proxy_senders_[{from, to}];
           if (senders.empty() || senders.back() != static_cast<int>(t))
@@ -583,7 +583,7 @@ class Verifier {
 
   // A write whose bytes the proxies carry (into a rank of another node than the writer's).
   bool proxied(const Access& x) const {
-    return x.write && p_.node_of(x.box->rank) != p_.node_of(p_.tasks[x.task].rank);
+    return x.write && p_.crosses_node(p_.tasks[x.task].rank, x.box->rank);
   }
 
   // Conflicting pairs in program order (task order: the lowering emits operations, and the
@@ -654,7 +654,7 @@ class Verifier {
     const char* hazard = !first_writes   ? "write-after-read"
                          : second_writes ? "write-after-write"
                                          : "read-after-write";
-    const bool via_proxy = first_writes && p_.node_of(b.rank) != p_.node_of(p_.tasks[first].rank);
+    const bool via_proxy = first_writes && p_.crosses_node(p_.tasks[first].rank, b.rank);
     add("race",
         fmt::format("{} race on {}: {} {} it, then {} {} it, but nothing orders the second after "
                     "the first ({})",
@@ -722,8 +722,8 @@ class Verifier {
         }
         // Through the proxies: the data land before the signal, so some task of d must wait for
         // one of t's signals to d.
-        const bool landed = p_.node_of(d) == p_.node_of(task.rank) ? before_finish(t, d)
-                                                                   : delivered_before_end(t, d);
+        const bool landed =
+            !p_.crosses_node(task.rank, d) ? before_finish(t, d) : delivered_before_end(t, d);
         if (!landed) {
           add("launch",
               fmt::format("task {} touches rank {}'s memory, but no task of rank {} waits for "

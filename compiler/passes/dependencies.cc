@@ -44,7 +44,7 @@ struct Access {
 
 class Deriver {
  public:
-  Deriver(Plan& p, int64_t per_node) : p_(p), per_node_(per_node > 0 ? per_node : p.ranks) {}
+  explicit Deriver(Plan& p) : p_(p) {}
 
   void run() {
     const auto& ops = p_.source->ops;
@@ -122,7 +122,7 @@ class Deriver {
   HandOff handoff(int from_task, int to) const {
     const int from = p_.tasks[from_task].rank;
     if (from == to) return HandOff::kLocal;
-    if (from / per_node_ == to / per_node_) return HandOff::kPeerFlag;
+    if (!p_.crosses_node(from, to)) return HandOff::kPeerFlag;
     return HandOff::kProxy;
   }
 
@@ -132,12 +132,13 @@ class Deriver {
   void check_remote_reads() const {
     for (const Task& t : p_.tasks) {
       for (const Box& b : t.reads) {
-        if (b.rank / per_node_ == t.rank / per_node_) continue;
+        if (!p_.crosses_node(t.rank, b.rank)) continue;
         throw UserError(fmt::format(
             "schedule `{}` at {} ranks, {} per node: task `{}` on rank {} reads `{}` of rank {} "
             "on another node; between nodes data only moves by sends through the proxy (the "
             "sender pushes): restructure the operation as a put, or keep both ranks on one node",
-            p_.schedule, p_.ranks, per_node_, t.label, t.rank, p_.buffers[b.buffer].name, b.rank));
+            p_.schedule, p_.ranks, p_.per_node(), t.label, t.rank, p_.buffers[b.buffer].name,
+            b.rank));
       }
     }
   }
@@ -338,7 +339,6 @@ class Deriver {
   }
 
   Plan& p_;
-  int64_t per_node_;
   std::vector<std::vector<std::vector<int>>> by_op_rank_;
   std::map<std::tuple<int, int, int>, BoxIndex> writes_;  // (rank, buffer, op) -> its writes
   // (rank, buffer) -> the accesses of that rank's tasks, live while on the credit frontier.
@@ -358,9 +358,8 @@ class Deriver {
 
 }  // namespace
 
-void derive_dependencies(Plan& plan, int64_t ranks_per_node) {
-  plan.ranks_per_node = ranks_per_node > 0 ? ranks_per_node : plan.ranks;
-  Deriver(plan, ranks_per_node).run();
+void derive_dependencies(Plan& plan) {
+  Deriver(plan).run();
 }
 
 }  // namespace mkc::plan

@@ -23,6 +23,7 @@
 
 namespace mkc::plan {
 
-void derive_dependencies(Plan& plan, int64_t ranks_per_node);
+// Nodes are plan.ranks_per_node consecutive ranks (the lowering sets it).
+void derive_dependencies(Plan& plan);
 
 }  // namespace mkc::plan

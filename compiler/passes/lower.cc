@@ -31,6 +31,7 @@ int64_t reduce_code(const std::string& op) {
 Lowerer::Lowerer(const compiler::CheckedSchedule& s, const LowerOptions& o) : s_(s), opts_(o) {
   plan_.schedule = s.name;
   plan_.ranks = s.ranks;
+  plan_.ranks_per_node = s.ranks_per_node;
   plan_.source = &s;
   for (size_t i = 0; i < s.tensors.size(); ++i) {
     const compiler::Tensor& t = s.tensors[i];

@@ -85,9 +85,7 @@ class Lowerer {
   void lower_reduction(int i);
   void lower_hierarchical_allreduce(int i);
   // Ranks per node (the world size when the job is one node).
-  int64_t per_node() const {
-    return s_.ranks_per_node > 0 && s_.ranks_per_node < R() ? s_.ranks_per_node : R();
-  }
+  int64_t per_node() const { return plan_.per_node(); }
   void lower_allgather(int i);
   void lower_put(int i);
   void lower_signal(int i);

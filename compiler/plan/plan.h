@@ -166,7 +166,9 @@ struct Decision {
 struct Plan {
   std::string schedule;
   int64_t ranks = 1;
-  int64_t ranks_per_node = 0;  // every L consecutive ranks are one node (0: all on one node)
+  // Every L consecutive ranks are one node. The lowering sets it from the checked schedule (the
+  // check settles it, in [1, ranks]); 0 only in a plan built by hand: one node.
+  int64_t ranks_per_node = 0;
   std::vector<Buffer> buffers;
   std::vector<Event> events;
   std::vector<Task> tasks;
@@ -175,13 +177,15 @@ struct Plan {
   std::vector<Decision> decisions;
   const compiler::CheckedSchedule* source = nullptr;
 
-  int node_of(int64_t rank) const {
-    return static_cast<int>(rank / (ranks_per_node > 0 ? ranks_per_node : ranks));
-  }
-  // Whether task t writes into the memory of a rank on another node (the proxy carries it).
+  // Ranks per node (the world size on one node).
+  int64_t per_node() const { return ranks_per_node > 0 ? ranks_per_node : ranks; }
+  int node_of(int64_t rank) const { return static_cast<int>(rank / per_node()); }
+  // Whether an edge from rank a to rank b crosses nodes (the proxy carries it).
+  bool crosses_node(int64_t a, int64_t b) const { return node_of(a) != node_of(b); }
+  // Whether task t writes into the memory of a rank on another node.
   bool writes_other_node(const Task& t) const {
     for (const Box& b : t.writes)
-      if (node_of(b.rank) != node_of(t.rank)) return true;
+      if (crosses_node(t.rank, b.rank)) return true;
     return false;
   }
   // Whether any edge crosses nodes: a write into another node, or a signal through the proxy.

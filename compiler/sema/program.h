@@ -148,7 +148,7 @@ struct CheckWork {
 struct CheckedSchedule {
   std::string name;
   int64_t ranks = 1;           // world size R it was checked for
-  int64_t ranks_per_node = 1;  // L
+  int64_t ranks_per_node = 1;  // L, in [1, ranks]: the check settles it (one node: ranks)
   std::map<std::string, int64_t> params;
   std::vector<Tensor> tensors;
   std::vector<DeviceFunction> device_fns;

@@ -196,7 +196,7 @@ TEST_CASE("dependencies alone: a reduction waits for its slots' sends with one c
   for (int64_t R : {2, 3, 8}) {
     auto c = sample("allreduce", R, {{"N", 65536 * R}});
     Plan p = lower(c->checked[0]);
-    derive_dependencies(p, R);
+    derive_dependencies(p);
     CHECK_MESSAGE(verify(p, Stage::kDependencies).ok(), verify(p, Stage::kDependencies).text());
     std::vector<std::vector<int>> producers(p.events.size());
     for (size_t t = 0; t < p.tasks.size(); ++t) {
@@ -225,7 +225,7 @@ TEST_CASE("dependencies alone: a reduction waits for its slots' sends with one c
 TEST_CASE("dependencies alone: a ring step's tile waits once for its block's chunks") {
   auto c = ring(3);
   Plan p = lower(c->checked[0]);
-  derive_dependencies(p, 3);
+  derive_dependencies(p);
   INFO(summary(p));
   int tiles = 0;
   for (const Task& t : p.tasks) {
@@ -281,7 +281,7 @@ TEST_CASE("verifier: a box outside its buffer, and one no view covers") {
 TEST_CASE("verifier: wait counts that do not match the signals, and a wait on another rank") {
   auto c = small_allgather(2);
   Plan p = lower(c->checked[0]);
-  derive_dependencies(p, 2);
+  derive_dependencies(p);
   Plan q = p;
   for (Task& t : p.tasks) {
     if (!t.waits.empty()) {
