@@ -86,7 +86,7 @@ class Run {
   // One checked schedule (one world size); false after a finding.
   bool schedule(const CheckedSchedule& s) {
     const auto start = std::chrono::steady_clock::now();
-    const bool nodes = s.ranks_per_node < s.ranks;  // in [1, ranks] after the check
+    const bool nodes = s.ranks_per_node > 0 && s.ranks_per_node < s.ranks;
     const std::string what = fmt::format(
         "{}: schedule `{}` at {} rank{}{}", file_->path(), s.name, s.ranks, s.ranks == 1 ? "" : "s",
         nodes ? fmt::format(" ({} nodes of {}, edges between them through the proxy)",

@@ -2,6 +2,7 @@
 // helpers several of them share.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -13,6 +14,11 @@ namespace mkc::kinds {
 // Defined by the kind's file, one specialisation per TaskKind (a missing one fails the link).
 template <TaskKind K>
 const Kind& kind();
+#define MKC_KIND_DECLARE(e, name, is_comm) \
+  template <>                              \
+  const Kind& kind<TaskKind::e>();
+MKC_TASK_KINDS(MKC_KIND_DECLARE)
+#undef MKC_KIND_DECLARE
 
 // An abi.h argument struct as argument words.
 template <typename A>

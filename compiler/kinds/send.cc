@@ -34,9 +34,13 @@ class Send final : public Kind {
 
   std::vector<Touch> touches(const Task& t) const override {
     const SendBox b = decode(t);
-    std::vector<int64_t> hi = b.dst_lo;
-    for (size_t d = 0; d < hi.size(); ++d) hi[d] += b.hi[d] - b.lo[d];
-    return {Touch{0, b.lo, b.hi, false}, Touch{1, b.dst_lo, hi, true}};
+    // The destination box has the source's extents, over the source's dimensions.
+    std::vector<int64_t> lo(b.lo.size()), hi(b.lo.size());
+    for (size_t d = 0; d < lo.size(); ++d) {
+      lo[d] = d < b.dst_lo.size() ? b.dst_lo[d] : b.lo[d];
+      hi[d] = lo[d] + (b.hi[d] - b.lo[d]);
+    }
+    return {Touch{0, b.lo, b.hi, false}, Touch{1, lo, hi, true}};
   }
 
   void execute(const Memory& mem, const Task& t) const override {
