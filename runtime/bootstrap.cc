@@ -126,6 +126,15 @@ sockaddr_in resolve(const World& w) {
   sockaddr_in a{};
   std::memcpy(&a, res->ai_addr, sizeof(a));
   ::freeaddrinfo(res);
+  // The wildcard would have rank 0 listen on every interface: the job's rendezvous is reachable
+  // only at the one address the ranks are told.
+  if (a.sin_addr.s_addr == htonl(INADDR_ANY)) {
+    throw EnvironmentError(fmt::format(
+        "rendezvous: MASTER_ADDR `{}` is the wildcard address 0.0.0.0, which would listen on "
+        "every interface; set MASTER_ADDR to rank 0's host (its name or address on the network "
+        "the ranks share, 127.0.0.1 on one host)",
+        w.master_addr));
+  }
   a.sin_port = htons(static_cast<uint16_t>(w.master_port));
   return a;
 }

@@ -33,6 +33,9 @@ bool Checker::run(CheckedSchedule* result) {
   const size_t errors_before = diags_.error_count();
   // Names and parameters (check_names.cc, check_decls.cc).
   declare_names();
+  // A clash of names (reported, with both places) leaves a name meaning two things; everything
+  // after resolves names, so it stops here rather than check a schedule it cannot read.
+  if (diags_.error_count() != errors_before) return false;
   check_defines();
   evaluate_params();
   // Declarations and operations are checked even after errors, so one run reports all of a

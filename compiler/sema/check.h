@@ -28,6 +28,10 @@ namespace mkc::compiler {
 // unrolls to at most kMaxOpInstances operation instances, those `when` switches off included.
 inline constexpr int64_t kMaxLoopIterations = 4096;
 inline constexpr int64_t kMaxOpInstances = 4096;
+// The largest world size a schedule is checked, compiled or run for. With kMaxOpInstances it
+// keeps checking fast on any input (the waits are quadratic in the instances at worst; the race
+// and cycle checks are near-linear in the instances and waits, check_deps.cc).
+inline constexpr int64_t kMaxRanks = 4096;
 
 struct CheckOptions {
   // World sizes to check; empty: {1, 2, 4, 8}.

@@ -31,11 +31,6 @@
 
 namespace mkc::compiler {
 
-// The largest world size checked. With kMaxOpInstances (check.h), it keeps checking fast on any
-// input (the waits are quadratic in the instances at worst; the race and cycle checks are
-// near-linear in the instances and waits, check_deps.cc).
-inline constexpr int64_t kMaxRanks = 4096;
-
 // A name declared in a schedule and what it is.
 struct Symbol {
   enum Kind { kParam, kTensor, kDevice, kOp, kLoopVar, kRanks, kBuiltin };

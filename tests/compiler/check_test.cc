@@ -256,6 +256,34 @@ TEST_CASE("a cycle inside one rank is named without `across ranks`") {
   CHECK(c.errors.find("dependency cycle: `a` waits for `b` waits for `a`") != std::string::npos);
 }
 
+TEST_CASE("hostile input: a loop's operation named like another name is one located error") {
+  // Each crashed `mkc check` (a symbol index of -1 used as an index), or, for one name in two
+  // loops, exited 2 with `map::at`: a clash now stops the check after the names.
+  const std::string head =
+      "schedule s {\n  param N = 64\n  input X : f32[N]\n  output Y : f32[N]\n";
+  struct Case {
+    std::string body, error;
+  };
+  const Case cases[] = {
+      {"  compute c = copy(X -> Y)\n  loop i in 0 .. 2 {\n    compute c = copy(X -> Y)\n  }\n",
+       "t.mks:7:13: error: `c` is already declared as an operation [duplicate-name]"},
+      {"  loop i in 0 .. 2 {\n    compute N = copy(X -> Y)\n  }\n",
+       "t.mks:6:13: error: `N` is already declared as a parameter [duplicate-name]"},
+      {"  loop i in 0 .. 2 {\n    compute X = copy(X -> Y)\n  }\n",
+       "t.mks:6:13: error: `X` is already declared as a tensor [duplicate-name]"},
+      {"  loop i in 0 .. 2 {\n    compute c = copy(X -> Y)\n  }\n"
+       "  loop j in 0 .. 2 {\n    compute c = copy(X -> Y)\n  }\n",
+       "t.mks:9:13: error: `c` is already declared as an operation [duplicate-name]"},
+      {"  loop i in 0 .. 2 {\n    loop i in 0 .. 2 {\n      compute c = copy(X -> Y)\n    }\n  }\n",
+       "t.mks:6:10: error: `i` is already declared as a loop variable [duplicate-name]"},
+  };
+  for (const Case& k : cases) {
+    const Checked c = check_text(head + k.body + "}\n");
+    CHECK_MESSAGE(c.schedules.empty(), k.body);
+    CHECK_MESSAGE(c.errors.find(k.error) != std::string::npos, c.errors);
+  }
+}
+
 TEST_CASE("a loop-carried read without a wait is a race") {
   const Checked c = check_text(R"(schedule s {
     ranks R

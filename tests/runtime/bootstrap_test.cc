@@ -329,6 +329,15 @@ TEST_CASE("rendezvous: rank 0 listens on MASTER_ADDR's address, not on every int
   CHECK_THROWS_WITH_AS(Rendezvous(away, std::chrono::milliseconds(500)),
                        doctest::Contains("MASTER_ADDR must be an address of rank 0's host"),
                        EnvironmentError);
+  // The wildcard address (every interface), as written or as a name that resolves to it: refused
+  // before anything listens.
+  for (const char* wildcard : {"0.0.0.0", "0"}) {
+    World any = local_world(0, 2, free_port());
+    any.master_addr = wildcard;
+    CHECK_THROWS_WITH_AS(Rendezvous(any, std::chrono::milliseconds(500)),
+                         doctest::Contains("which would listen on every interface"),
+                         EnvironmentError);
+  }
 }
 
 TEST_CASE("rendezvous: a wrong token or a silent connection neither joins nor stalls the job") {
@@ -404,6 +413,14 @@ TEST_CASE("mkrun: a 4-process job rendezvous; every rank sees every other") {
                                        r)) != std::string::npos,
                   out);
   }
+}
+
+TEST_CASE("mkrun: a port past 65535 is refused before any rank starts") {
+  const auto [rc, out] = run_command(fmt::format("{} -n 2 --port 65536 {}", kMkrun, kProbe));
+  CHECK_MESSAGE(rc == 1, out);
+  CHECK_MESSAGE(out.find("--port 65536: expected a number from 1 to 65535") != std::string::npos,
+                out);
+  CHECK_MESSAGE(out.find("probe") == std::string::npos, out);
 }
 
 TEST_CASE("mkrun: a failing rank stops the job with its code; a hung one is killed") {

@@ -211,6 +211,18 @@ TEST_CASE("flags with bounds: --sms, --iters, --timeout-ms; --emit must name som
   }
 }
 
+TEST_CASE("run: a world size past the bound is refused as given, not narrowed to an int") {
+  // 4294967298 is 2 once narrowed to 32 bits, 2147483648 is negative: both are refused whole,
+  // before any GPU is looked for.
+  for (const char* ranks : {"4294967298", "2147483648", "4097"}) {
+    const Result r = run_cli({"run", "--ranks", ranks, "samples/allreduce.mks"});
+    CHECK_MESSAGE(r.code == 1, ranks << ": " << r.err);
+    CHECK_MESSAGE(r.err.find(std::string("--ranks ") + ranks +
+                             ": the world size must be between 1 and 4096") != std::string::npos,
+                  r.err);
+  }
+}
+
 TEST_CASE("a huge role count is reported as it is, not wrapped") {
   const std::string path = temp_path("roles.mks");
   std::ofstream(path) << "schedule r {\n  ranks R\n  input X : f32[4096] symmetric\n"

@@ -663,6 +663,10 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   // Under a one-process-per-rank launcher (mkrun, torchrun, mpirun, srun) this process is one rank
   // of the job; otherwise it runs every rank itself.
   const rt::World world = rt::detect_world();
+  // Bounded before it narrows to an int (4294967298 had become 2 ranks).
+  if (!f.check.ranks.empty() && f.check.ranks[0] > compiler::kMaxRanks)
+    throw UserError(fmt::format("--ranks {}: the world size must be between 1 and {}",
+                                f.check.ranks[0], compiler::kMaxRanks));
   const int requested = f.check.ranks.empty() ? 0 : static_cast<int>(f.check.ranks[0]);
   const int known = rt::job_size(world, requested);  // a mismatch needs no GPU to be named
   // The schedule next: a missing file, a mistake in it or an unknown -D is the user's to fix,

@@ -83,11 +83,11 @@ bool group_alive(pid_t pgid) {
   return kill(-pgid, 0) == 0 || errno == EPERM;
 }
 
-int parse_positive(const std::string& flag, const char* text) {
+int parse_positive(const std::string& flag, const char* text, long max = 1 << 16) {
   char* end = nullptr;
   const long v = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || v < 1 || v > 1 << 16) {
-    fmt::print(stderr, "mkrun: {} {}: expected a positive number\n{}", flag, text, kUsage);
+  if (end == text || *end != '\0' || v < 1 || v > max) {
+    fmt::print(stderr, "mkrun: {} {}: expected a number from 1 to {}\n{}", flag, text, max, kUsage);
     std::exit(1);
   }
   return static_cast<int>(v);
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
     if (a == "-n") {
       n = parse_positive(a, argv[++i]);
     } else if (a == "--port") {
-      port = parse_positive(a, argv[++i]);
+      port = parse_positive(a, argv[++i], 65535);  // a TCP port
     } else if (a == "--grace") {
       grace = parse_positive(a, argv[++i]);
     } else if (!a.empty() && a[0] == '-') {
