@@ -104,6 +104,11 @@ CacheDir locate(const JitOptions& options) {
   return out;
 }
 
+// The most bytes an entry may hold (cubin, PTX and log of one kernel are far below): the entry is
+// read whole, so a larger file (a sparse one of any size under an entry's name) is refused
+// before anything is allocated.
+constexpr int64_t kMaxEntryBytes = int64_t{1} << 30;
+
 // Reads an entry that may be trusted: a regular file of this user that nobody else can write.
 // Returns false when there is none; `problem` is set when there was one but it was refused or
 // could not be read.
@@ -127,6 +132,10 @@ bool read_entry(const std::string& path, std::string* data, std::string* problem
     ok = false;
   } else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
     *problem = fmt::format("others can write to it (mode {:04o})", st.st_mode & 0777);
+    ok = false;
+  } else if (st.st_size > kMaxEntryBytes) {
+    *problem = fmt::format("it holds {} bytes, more than an entry can ({} at most)",
+                           static_cast<int64_t>(st.st_size), kMaxEntryBytes);
     ok = false;
   }
   if (ok) {

@@ -103,6 +103,22 @@ TEST_CASE("an entry others can write to is refused, compiled again and replaced"
   CHECK(hit.warnings.empty());
 }
 
+TEST_CASE("an entry of 64 GB (sparse) is refused before it is read, compiled again") {
+  // It was read whole, sized by st_size: std::bad_alloc, where a bad entry must be a warning.
+  const std::string dir = fresh_dir("jit_huge");
+  const JitOutput cold = compile("mkc_huge", dir);
+  const fs::path e = entries(dir).at(0);
+  fs::resize_file(e, uintmax_t{64} << 30);
+  const JitOutput again = compile("mkc_huge", dir);
+  CHECK_FALSE(again.cache_hit);
+  REQUIRE(again.warnings.size() == 1);
+  CHECK_MESSAGE(
+      again.warnings[0].find("68719476736 bytes, more than an entry can") != std::string::npos,
+      again.warnings[0]);
+  CHECK(again.cubin == cold.cubin);
+  CHECK(compile("mkc_huge", dir).cache_hit);
+}
+
 TEST_CASE("an entry of another user is refused") {
   if (::geteuid() != 0) return;  // only root can give a file away
   const std::string dir = fresh_dir("jit_owner");
