@@ -147,7 +147,7 @@ class AttentionTile final : public Kind {
     at.map_q = s.tensor_map(t.views[0], 128, 64);
     at.map_k = s.tensor_map(t.views[1], 128, 64);
     at.map_v = s.tensor_map(t.views[2], 128, 64);
-    return words(at);
+    return plan::args_words(at);
   }
 
  private:

@@ -100,7 +100,7 @@ class GemmTile final : public Kind {
     abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
     g.map_a = s.tensor_map(t.views[0], tma_m(t), 64);
     g.map_b = s.tensor_map(t.views[1], 64, 64);
-    return words(g);
+    return plan::args_words(g);
   }
 
  private:

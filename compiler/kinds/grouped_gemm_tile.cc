@@ -117,7 +117,7 @@ class GroupedGemmTile final : public Kind {
     abi::GroupedGemmTileArgs g = plan::args_as<abi::GroupedGemmTileArgs>(t);
     g.map_x = s.tensor_map(t.views[0], static_cast<int>(g.bm), 64);
     g.map_w = s.tensor_map(t.views[1], 64, 64);
-    return words(g);
+    return plan::args_words(g);
   }
 
  private:

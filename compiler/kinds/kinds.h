@@ -3,8 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "compiler/kinds/kind.h"
@@ -19,15 +17,6 @@ const Kind& kind();
   const Kind& kind<TaskKind::e>();
 MKC_TASK_KINDS(MKC_KIND_DECLARE)
 #undef MKC_KIND_DECLARE
-
-// An abi.h argument struct as argument words.
-template <typename A>
-std::vector<int64_t> words(const A& a) {
-  static_assert(std::is_trivially_copyable_v<A> && sizeof(A) % 8 == 0, "64-bit fields only");
-  std::vector<int64_t> w(sizeof(A) / 8);
-  std::memcpy(w.data(), &a, sizeof(A));
-  return w;
-}
 
 inline bool is_16bit(compiler::DType t) {
   return t == compiler::DType::kBf16 || t == compiler::DType::kF16;

@@ -131,10 +131,15 @@ struct Task {
 
 // A task's arguments as its kind's struct (templates/mkc/abi.h), and back.
 template <typename A>
-void set_args(Task& t, const A& a) {
+std::vector<int64_t> args_words(const A& a) {
   static_assert(std::is_trivially_copyable_v<A> && sizeof(A) % 8 == 0, "64-bit fields only");
-  t.args.resize(sizeof(A) / 8);
-  std::memcpy(t.args.data(), &a, sizeof(A));
+  std::vector<int64_t> w(sizeof(A) / 8);
+  std::memcpy(w.data(), &a, sizeof(A));
+  return w;
+}
+template <typename A>
+void set_args(Task& t, const A& a) {
+  t.args = args_words(a);
 }
 // The range at t.args[*pos] (abi.h "ranges"); advances *pos. int64_t and abi::i64 are both 64-bit
 // integers, of different C++ types.
