@@ -58,10 +58,12 @@ class Deriver {
     // Indexes: tasks of each operation by the ranks they announce to, and every box by
     // (rank, buffer).
     by_op_rank_.assign(ops.size(), std::vector<std::vector<int>>(p_.ranks));
+    notified_.resize(p_.tasks.size());
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
       if (task.op < 0) continue;
-      for (int r : notified(task)) by_op_rank_[task.op][r].push_back(static_cast<int>(t));
+      notified_[t] = notified(task);
+      for (int r : notified_[t]) by_op_rank_[task.op][r].push_back(static_cast<int>(t));
       for (const Box& b : task.writes)
         writes_[{b.rank, b.buffer, task.op}].add(p_, static_cast<int>(t), &b);
     }
@@ -85,6 +87,8 @@ class Deriver {
     for (size_t a = 0; a < ops.size(); ++a) {
       for (size_t b = a + 1; b < ops.size(); ++b) forward_[a] = forward_[a] || op_reach_[a][b];
     }
+    ordered_.assign(p_.tasks.size(), -1);
+    whole_.assign(ops.size(), -1);
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       if (p_.tasks[t].op < 0) continue;
       std::set<int> producers;
@@ -99,7 +103,7 @@ class Deriver {
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
       if (task.op < 0) continue;
-      for (int r : notified(task)) {
+      for (int r : notified_[t]) {
         if (r != task.rank && !awaited_on_.count({static_cast<int>(t), r}))
           edge(static_cast<int>(t), ends_.at(r));
       }
@@ -107,14 +111,29 @@ class Deriver {
   }
 
  private:
-  // The ranks a task's completion concerns: where it writes (and where a signal task points).
-  std::set<int> notified(const Task& t) const {
+  // The ranks a task's completion concerns, ascending: where it writes (and where a signal task
+  // points).
+  static std::vector<int> notified(const Task& t) {
     std::set<int> out;
     for (const Box& b : t.writes) out.insert(b.rank);
     if (t.kind == TaskKind::kSignalOnly)
       out.insert(static_cast<int>(args_as<abi::SignalArgs>(t).peer));
     if (out.empty()) out.insert(t.rank);
-    return out;
+    return {out.begin(), out.end()};
+  }
+
+  // Whether `consumer` already waits for `producer`: by an edge of its own, or through the counter
+  // of the producer's whole operation on its rank (whole_op_edge). Every edge into a consumer is
+  // made while it is processed (the launch ends, which are never processed, last), so one stamp per
+  // task and per operation says it, in constant time and memory: a set of (producer, consumer)
+  // pairs held every task's `after` operations, tasks x producers (3 GB and 19 s for ring
+  // attention at 2 ranks).
+  bool ordered(int producer, int consumer) const {
+    if (ordered_[producer] == consumer) return true;
+    const int op = p_.tasks[producer].op;
+    if (op < 0 || whole_[op] != consumer) return false;
+    const std::vector<int>& to = notified_[producer];
+    return std::binary_search(to.begin(), to.end(), p_.tasks[consumer].rank);
   }
 
   // How a signal from task `from` reaches a counter of rank `to`: the same GPU, a peer of the node
@@ -146,7 +165,8 @@ class Deriver {
   // Makes `consumer` wait for `producer` alone (once): the producer's own counter on the
   // consumer's rank.
   void edge(int producer, int consumer) {
-    if (producer == consumer || !edges_.insert({producer, consumer}).second) return;
+    if (producer == consumer || ordered(producer, consumer)) return;
+    ordered_[producer] = consumer;
     Task& c = p_.tasks[consumer];
     awaited_on_.insert({producer, c.rank});
     const Task& pr = p_.tasks[producer];
@@ -175,7 +195,7 @@ class Deriver {
     const int rank = p_.tasks[consumer].rank;
     std::map<std::pair<int, int>, std::vector<int>> groups;  // (op, rank or -1) -> producers
     for (int p : producers) {
-      if (p == consumer || edges_.count({p, consumer})) continue;
+      if (p == consumer || ordered(p, consumer)) continue;
       const Task& pt = p_.tasks[p];
       bool fenced = pt.rank == rank;
       for (const Box& b : pt.writes) fenced = fenced || b.rank == rank;
@@ -198,7 +218,7 @@ class Deriver {
         }
         it = set_done_.emplace(std::make_pair(rank, set), ev).first;
       }
-      for (int p : set) edges_.insert({p, consumer});
+      for (int p : set) ordered_[p] = consumer;
       p_.tasks[consumer].waits.push_back(Wait{it->second, static_cast<int64_t>(set.size()), 0});
     }
   }
@@ -223,7 +243,7 @@ class Deriver {
       it = all_done_.emplace(key, ev).first;
     }
     if (!all_waits_.insert({consumer, it->second}).second) return;
-    for (int pt : producers) edges_.insert({pt, consumer});
+    whole_[op] = consumer;
     c.waits.push_back(Wait{it->second, static_cast<int64_t>(producers.size()), 0});
   }
 
@@ -349,7 +369,9 @@ class Deriver {
   std::map<int, int> ends_;
   std::set<std::pair<int, int>> awaited_on_;  // (producer task, rank of some task waiting for it)
   std::vector<std::vector<char>> op_reach_;
-  std::set<std::pair<int, int>> edges_;                       // (producer, consumer) ordered so far
+  std::vector<std::vector<int>> notified_;  // task -> notified(task)
+  std::vector<int> ordered_;  // task -> the last consumer given an edge from it (ordered())
+  std::vector<int> whole_;    // operation -> the last consumer waiting for all of it (ordered())
   std::map<std::pair<int, int>, int> done_;                   // (producer, rank) -> its counter
   std::map<std::pair<int, std::vector<int>>, int> set_done_;  // (rank, producers) -> counter
   std::map<std::pair<int, int>, int> all_done_;               // (operation, rank) -> its counter
