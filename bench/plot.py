@@ -9,7 +9,7 @@ runs of one bench (two machines, before and after a change) share a figure, one 
 
 What is drawn comes from the column names, so a table with columns missing, added or empty still
 plots what it has:
-  x axis    the first of `bytes`, `m`, `lines` with numbers that tell the rows apart (log scale
+  x axis    the first of `bytes`, `m`, `lines`, `ranks` with numbers that tell the rows apart (log scale
             when it spans a lot), else the `case` labels in order (where `case` does not tell
             the rows apart: the parameter columns that do, e.g. `S=16384 D=128 causal=1`)
   panels    times (`*_us`, `*_ms`), ratios (`*_over_*`, `ratio*`), rates (`*tflops`, `*_gbs`); a panel
@@ -24,7 +24,7 @@ import math
 import os
 import sys
 
-X_COLUMNS = ("bytes", "m", "lines")
+X_COLUMNS = ("bytes", "m", "lines", "ranks")
 PANELS = (
     ("time", lambda c: c.endswith("_us") or c.endswith("_ms")),
     ("ratio", lambda c: "_over_" in c or c == "ratio" or c.startswith("ratio_")),

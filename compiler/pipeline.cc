@@ -2,6 +2,7 @@
 
 #include "compiler/passes/passes.h"
 #include "dsl/parser.h"
+#include "support/phases.h"
 
 namespace mkc::compiler {
 
@@ -10,17 +11,22 @@ std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile>
                                           const std::string& defines_text, bool generate) {
   auto c = std::make_unique<Compilation>();
   c->file = file;
+  Stopwatch clock;
   c->module = dsl::parse(file, c->diagnostics);
+  c->phases.add("parse", clock.lap());
   if (c->diagnostics.has_errors()) return c;
   c->checked = check(c->module, options, c->diagnostics);
+  c->phases.add("check", clock.lap());
   if (c->diagnostics.has_errors()) return c;
   // Plans point at their checked schedule: `checked` is complete and never resized from here on.
   for (const CheckedSchedule& s : c->checked) {
     plan::PassOptions po;
     po.sms = options.sms;
     po.file = file.get();
+    po.phases = &c->phases;
     c->plans.push_back(plan::build_plan(s, po));
   }
+  clock.lap();
   if (!generate) return c;
   for (const plan::Plan& p : c->plans) {
     codegen::CodegenOptions co;
@@ -28,6 +34,7 @@ std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile>
     co.defines = defines_text;
     c->kernels.push_back(codegen::generate(p, co));
   }
+  c->phases.add("codegen", clock.lap());
   return c;
 }
 

@@ -13,6 +13,7 @@
 #include "compiler/sema/check.h"
 #include "dsl/ast.h"
 #include "dsl/diagnostics.h"
+#include "support/phases.h"
 
 namespace mkc::compiler {
 
@@ -23,6 +24,7 @@ struct Compilation {
   std::vector<CheckedSchedule> checked;     // one per schedule of the file
   std::vector<plan::Plan> plans;            // plans[i] is checked[i] lowered and scheduled
   std::vector<codegen::Generated> kernels;  // kernels[i] generated from plans[i]
+  Phases phases;  // parse, check, each pass (and its verifier), codegen: where the time went
   bool ok() const { return !diagnostics.has_errors(); }
 };
 

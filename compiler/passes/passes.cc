@@ -2,13 +2,13 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 
 #include "compiler/passes/dependencies.h"
 #include "dsl/ast_json.h"
+#include "support/phases.h"
 
 namespace mkc::plan {
 namespace {
@@ -21,22 +21,24 @@ class Driver {
     json_ = dump_ && std::strcmp(env, "json") == 0;
   }
 
-  // Runs pass `fn`, then (when on) the verifier for the stage the plan has reached.
+  // Runs pass `fn`, then (when on) the verifier for the stage the plan has reached; records both
+  // times in `o.phases` when given.
   template <typename F>
   void pass(const char* name, Plan& plan, const PassOptions& o, Stage stage, F fn) {
-    const auto start = std::chrono::steady_clock::now();
     const std::string before = dump_ ? summary(plan) : "";
+    Stopwatch clock;
     fn(plan);
+    const double seconds = clock.lap();
+    if (o.phases != nullptr) o.phases->add(name, seconds);
     if (o.verify) {
       VerifyOptions vo;
       vo.file = o.file;
       verify_or_throw(plan, stage, name, vo);
+      if (o.phases != nullptr) o.phases->add(fmt::format("verify after {}", name), clock.lap());
     }
     if (!dump_) return;
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     const std::string after = summary(plan);
-    std::cerr << fmt::format("mkc: pass {:<14} {:8.2f} ms  {}\n", name, ms,
+    std::cerr << fmt::format("mkc: pass {:<14} {:8.2f} ms  {}\n", name, seconds * 1e3,
                              after == before ? "unchanged" : after);
     if (json_) std::cerr << dsl::dump_json(to_json(plan)) << "\n";
   }

@@ -8,6 +8,7 @@
 #include "compiler/passes/lower.h"
 #include "compiler/passes/schedule.h"
 #include "compiler/plan/plan.h"
+#include "support/phases.h"
 
 namespace mkc::plan {
 
@@ -20,6 +21,8 @@ struct PassOptions {
   bool verify = verify_by_default();
   // The schedule's file, for places in the verifier's findings.
   const dsl::SourceFile* file = nullptr;
+  // Where each pass's time (and the verifier's after it) is recorded; none when null.
+  Phases* phases = nullptr;
 };
 
 Plan build_plan(const compiler::CheckedSchedule& schedule, const PassOptions& options);

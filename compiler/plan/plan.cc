@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 namespace mkc::plan {
 
@@ -79,8 +80,12 @@ std::string summary(const Plan& plan) {
                      roles.empty() ? " roles unassigned" : " roles" + roles);
 }
 
-nlohmann::json to_json(const Plan& plan) {
-  using nlohmann::json;
+namespace {
+
+using nlohmann::json;
+
+// Everything of the plan's JSON but its tasks.
+json head_json(const Plan& plan) {
   json j = {{"schedule", plan.schedule},
             {"ranks", plan.ranks},
             {"ranks_per_node", plan.ranks_per_node},
@@ -99,35 +104,77 @@ nlohmann::json to_json(const Plan& plan) {
   j["decisions"] = json::array();
   for (const Decision& d : plan.decisions)
     j["decisions"].push_back({{"op", d.op}, {"algorithm", d.choice}, {"reason", d.reason}});
-  j["tasks"] = json::array();
-  for (size_t i = 0; i < plan.tasks.size(); ++i) {
-    const Task& t = plan.tasks[i];
-    json jt = {
-        {"id", i},      {"label", t.label}, {"rank", t.rank},   {"kind", task_kind_name(t.kind)},
-        {"cta", t.cta}, {"order", t.order}, {"group", t.group}, {"args", t.args}};
-    jt["waits"] = json::array();
-    for (const Wait& w : t.waits)
-      jt["waits"].push_back(
-          {{"event", plan.events[w.event].name}, {"count", w.count}, {"lag", w.lag}});
-    for (const auto& [key, boxes] :
-         {std::pair{"reads", &t.reads}, std::pair{"writes", &t.writes}}) {
-      jt[key] = json::array();
-      for (const Box& b : *boxes) {
-        json jb = {
-            {"rank", b.rank}, {"buffer", plan.buffers[b.buffer].name}, {"lo", b.lo}, {"hi", b.hi}};
-        if (b.scatter) jb["scatter"] = true;
-        jt[key].push_back(jb);
-      }
-    }
-    jt["signals"] = json::array();
-    for (const Signal& s : t.signals) {
-      jt["signals"].push_back({{"event", plan.events[s.event].name},
-                               {"rank", plan.events[s.event].rank},
-                               {"handoff", handoff_name(s.handoff)}});
-    }
-    j["tasks"].push_back(jt);
-  }
   return j;
+}
+
+json task_json(const Plan& plan, size_t i) {
+  const Task& t = plan.tasks[i];
+  json jt = {
+      {"id", i},      {"label", t.label}, {"rank", t.rank},   {"kind", task_kind_name(t.kind)},
+      {"cta", t.cta}, {"order", t.order}, {"group", t.group}, {"args", t.args}};
+  jt["waits"] = json::array();
+  for (const Wait& w : t.waits)
+    jt["waits"].push_back(
+        {{"event", plan.events[w.event].name}, {"count", w.count}, {"lag", w.lag}});
+  for (const auto& [key, boxes] :
+       {std::pair{"reads", &t.reads}, std::pair{"writes", &t.writes}}) {
+    jt[key] = json::array();
+    for (const Box& b : *boxes) {
+      json jb = {
+          {"rank", b.rank}, {"buffer", plan.buffers[b.buffer].name}, {"lo", b.lo}, {"hi", b.hi}};
+      if (b.scatter) jb["scatter"] = true;
+      jt[key].push_back(jb);
+    }
+  }
+  jt["signals"] = json::array();
+  for (const Signal& s : t.signals) {
+    jt["signals"].push_back({{"event", plan.events[s.event].name},
+                             {"rank", plan.events[s.event].rank},
+                             {"handoff", handoff_name(s.handoff)}});
+  }
+  return jt;
+}
+
+std::string dump(const json& j) {
+  return j.dump(2, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace
+
+nlohmann::json to_json(const Plan& plan) {
+  json j = head_json(plan);
+  j["tasks"] = json::array();
+  for (size_t i = 0; i < plan.tasks.size(); ++i) j["tasks"].push_back(task_json(plan, i));
+  return j;
+}
+
+// The tree of a plan of 100,000 tasks takes gigabytes and seconds to build; one task's at a time
+// takes neither. The text is the tree's: "tasks" is the last of the keys (they are sorted), so the
+// head's text ends where the tasks begin, and a task's own text, indented two levels deeper, is
+// what the whole tree's dump holds (string values carry no raw newlines).
+void write_json(const Plan& plan, const std::function<void(std::string_view)>& sink) {
+  std::string text = dump(head_json(plan));
+  text.resize(text.size() - 2);  // "\n}"
+  if (plan.tasks.empty()) {
+    sink(text + ",\n  \"tasks\": []\n}\n");
+    return;
+  }
+  text += ",\n  \"tasks\": [\n";
+  constexpr size_t kChunk = 1 << 20;
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    const std::string task = dump(task_json(plan, i));
+    text += "    ";
+    for (char c : task) {
+      text += c;
+      if (c == '\n') text += "    ";
+    }
+    text += i + 1 < plan.tasks.size() ? ",\n" : "\n  ]\n}\n";
+    if (text.size() >= kChunk) {
+      sink(text);
+      text.clear();
+    }
+  }
+  sink(text);
 }
 
 }  // namespace mkc::plan

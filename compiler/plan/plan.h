@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -214,5 +216,8 @@ std::string summary(const Plan& plan);
 // The plan as JSON (`mkc compile --emit=plan`): buffers, roles, decisions, tasks with their read
 // and write boxes, waits and signals, and the CTA each runs on.
 nlohmann::json to_json(const Plan& plan);
+// The same text as dsl::dump_json(to_json(plan)) followed by a newline, handed to `sink` in pieces
+// of about a megabyte, without building the tree (a plan's JSON runs to hundreds of megabytes).
+void write_json(const Plan& plan, const std::function<void(std::string_view)>& sink);
 
 }  // namespace mkc::plan

@@ -50,4 +50,43 @@ TEST_CASE("check_bench --csv: a header and one row per case; plot.py draws it") 
   CHECK(std::ifstream(dir + "/png/check_bench.png").good());
 }
 
+TEST_CASE("compile_bench: a row per sample, world size and mode; a refused schedule is a row") {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  const std::string csv = dir + "/compile.csv";
+  // `allreduce` matches allreduce and gemm_allreduce: 2 samples x 2 world sizes x 2 modes.
+  const auto [rc, out] = run_command(fmt::format(
+      "python3 bench/compile_bench.py --mkc ./mkc --only allreduce --ranks 1,3 "
+      "--modes plan,verify --timeout 120 --csv {}",
+      csv));
+  REQUIRE_MESSAGE(rc == 0, out);
+  const std::vector<std::string> rows = lines_of(csv);
+  REQUIRE_MESSAGE(rows.size() == 9, out);
+  CHECK(rows[0] ==
+        "bench,sample,ranks,mode,wall_ms,planned_ms,peak_mb,tasks,tasks_per_rank,status");
+  for (size_t i = 1; i < rows.size(); ++i) {
+    CHECK_MESSAGE(rows[i].rfind("compile_", 0) == 0, rows[i]);
+    const bool ok = rows[i].size() > 3 && rows[i].substr(rows[i].size() - 3) == ",ok";
+    CHECK_MESSAGE(ok, rows[i]);
+  }
+  // The plan at 3 ranks has tasks on every rank, and the summary's planning time is read.
+  CHECK_MESSAGE(out.find("gemm_allreduce             3 plan") != std::string::npos, out);
+  CHECK(out.find("R=3") != std::string::npos);  // the text plot
+
+  // A schedule mkc refuses: a row with its reason, not a failed bench.
+  const std::string bad_dir = dir + "/bad_samples";
+  REQUIRE(run_command("mkdir -p " + bad_dir).first == 0);
+  std::ofstream(bad_dir + "/broken.mks") << "schedule broken {\n  ranks R\n  input X : f32[R\n}\n";
+  const auto [brc, bout] = run_command(fmt::format(
+      "python3 bench/compile_bench.py --mkc ./mkc --samples {} --ranks 2 --modes plan", bad_dir));
+  CHECK_MESSAGE(brc == 0, bout);
+  CHECK_MESSAGE(bout.find("exit 1: ") != std::string::npos, bout);
+  // Bad flags: exit non-zero with the reason.
+  const auto [frc, fout] =
+      run_command("python3 bench/compile_bench.py --mkc ./mkc --ranks 0 --modes plan");
+  CHECK(frc != 0);
+  CHECK_MESSAGE(fout.find("at least 1") != std::string::npos, fout);
+  CHECK(run_command("python3 bench/compile_bench.py --mkc ./mkc --modes fast").first != 0);
+}
+
 }  // namespace

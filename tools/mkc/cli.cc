@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <random>
@@ -38,6 +39,7 @@
 #include "runtime/trace.h"
 #include "runtime/verify.h"
 #include "support/error.h"
+#include "support/phases.h"
 #include "support/version.h"
 
 namespace mkc::cli {
@@ -348,6 +350,12 @@ class Artefacts {
   Artefacts& operator=(const Artefacts&) = delete;
 
   void write(const std::string& suffix, const std::string& data) {
+    write(suffix, [&](const Sink& sink) { sink(data); });
+  }
+
+  // The same for a file handed over in pieces: `produce` calls its sink with each in order.
+  using Sink = std::function<void(std::string_view)>;
+  void write(const std::string& suffix, const std::function<void(const Sink&)>& produce) {
     const std::string path = dir_ + "/" + name_ + suffix;
     std::mt19937_64 rng(std::random_device{}());
     const std::string tmp =
@@ -356,14 +364,23 @@ class Artefacts {
     if (fd < 0)
       throw EnvironmentError(fmt::format("cannot write `{}`: {}", path, errno_text(errno)));
     int err = 0;
-    for (size_t done = 0; done < data.size() && err == 0;) {
-      const ssize_t k = ::write(fd, data.data() + done, data.size() - done);
-      if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) {
-        err = k < 0 ? errno : EIO;
-      } else {
-        done += static_cast<size_t>(k);
+    const Sink sink = [&](std::string_view data) {
+      for (size_t done = 0; done < data.size() && err == 0;) {
+        const ssize_t k = ::write(fd, data.data() + done, data.size() - done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+          err = k < 0 ? errno : EIO;
+        } else {
+          done += static_cast<size_t>(k);
+        }
       }
+    };
+    try {
+      produce(sink);
+    } catch (...) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw;
     }
     if (::close(fd) != 0 && err == 0) err = errno;
     if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
@@ -455,6 +472,17 @@ std::string spills_text(const jit::JitOutput& j) {
   return j.spill_bytes < 0 ? "spills unknown" : fmt::format("{} B spills", j.spill_bytes);
 }
 
+// Under MKC_DUMP_PASSES: every phase of the process's compile, then its wall time and peak memory
+// (what `/usr/bin/time` would say, without it).
+void print_phases(const Phases& phases, double wall_seconds, std::ostream& err) {
+  const char* env = std::getenv("MKC_DUMP_PASSES");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0) return;
+  for (const Phases::Phase& ph : phases.all())
+    fmt::print(err, "mkc: phase {:<24} {:9.2f} ms\n", ph.name, ph.seconds * 1e3);
+  fmt::print(err, "mkc: process {:.2f} s wall ({:.2f} s in the phases above), peak {:.0f} MB resident\n",
+             wall_seconds, phases.total(), peak_resident_bytes() / 1e6);
+}
+
 int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                 Terminal term) {
   Flags f(args);
@@ -499,10 +527,15 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
   }
   if (f.files.size() != 1) throw UserError("`mkc compile` takes one .mks file");
   const std::string& file = f.files[0];
+  Stopwatch process;
   // Only the plan asked for: no kernel is generated (a plan across nodes has none yet).
   const bool plan_only = emit.size() == 1 && emit.count("plan") == 1;
   const auto c = front_end(dsl::SourceFile::read(file), f, err, term, !plan_only);
   if (c == nullptr) return kExitUserError;
+  Phases& phases = c->phases;
+  // Everything before NVRTC: parse, check, the passes, code generation.
+  const double planned = phases.total();
+  Stopwatch clock;
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw EnvironmentError(fmt::format("cannot create `{}`: {}", out_dir, ec.message()));
@@ -512,11 +545,15 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
     const plan::Plan& p = c->plans[k];
     const std::string name = c->checked.size() == 1 ? stem : stem + "." + s.name;
     Artefacts files(out_dir, name);
-    if (emit.count("plan")) files.write(".plan.json", dsl::dump_json(plan::to_json(p)) + "\n");
+    if (emit.count("plan")) {
+      clock.lap();
+      files.write(".plan.json", [&](const Artefacts::Sink& sink) { plan::write_json(p, sink); });
+      phases.add("write plan", clock.lap());
+    }
     if (plan_only) {
       files.finish();
-      fmt::print(out, "{}: plan for {} rank{}: {}\n", file, s.ranks, s.ranks == 1 ? "" : "s",
-                 plan::summary(p));
+      fmt::print(out, "{}: plan for {} rank{}: {}; planned in {:.3f} s\n", file, s.ranks,
+                 s.ranks == 1 ? "" : "s", plan::summary(p), planned);
       continue;
     }
     const codegen::Generated& g = c->kernels[k];
@@ -536,7 +573,9 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
     jo.use_cache = use_cache;
     jit::JitOutput j;
     try {
+      clock.lap();
       j = jit::jit_compile(g.source, name + ".cu", g.kernel_name, jo);
+      phases.add(j.cache_hit ? "jit (cache hit)" : "jit (nvrtc)", clock.lap());
     } catch (const jit::NvrtcCompileError& e) {
       // Errors in the user's device functions point into the .mks file through #line.
       fmt::print(err, "mkc: error: {}\n", e.what());
@@ -552,11 +591,13 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
     if (emit.count("ptx")) files.write(".ptx", j.ptx);
     files.finish();
     fmt::print(out,
-               "{}: kernel {} for {} rank{}, {}: {}, {}, {}, roles {}, {} tasks, {:.2f} s ({})\n",
+               "{}: kernel {} for {} rank{}, {}: {}, {}, {}, roles {}, {} tasks, {:.2f} s ({}), "
+               "planned in {:.3f} s\n",
                file, g.kernel_name, s.ranks, s.ranks == 1 ? "" : "s", arch, registers_text(j),
                spills_text(j), smem_text(j, g, arch), roles_text(p), p.tasks.size(), j.seconds,
-               j.cache_hit ? "cache hit" : "cache miss");
+               j.cache_hit ? "cache hit" : "cache miss", planned);
   }
+  print_phases(phases, process.lap(), err);
   return kExitOk;
 }
 
