@@ -60,6 +60,13 @@ def cases():
     add("chunk-1-10000",
         "schedule s {\n  ranks R\n  input X : bf16[10000] symmetric\n"
         "  comm ar = allreduce(X, sum) chunk(1)\n}\n", ["--ranks", "2"])
+    # Just under the check's chunk limit, over the plan's task budget: lowering used to sweep every
+    # earlier chunk's tasks per chunk, so the refusal came after 52 s (2 ranks) to 269 s (8 ranks).
+    reduction = ("schedule s {\n  ranks R\n  input X : f32[6400000] symmetric\n"
+                 "  comm ar = allreduce(X, sum) chunk(64)\n}\n")
+    add("reduction-100000-chunks", reduction, ["--ranks", "2"])
+    add("reduction-100000-chunks-8-ranks", reduction, ["--ranks", "8"])
+    add("reduction-100000-chunks-2-nodes", reduction, ["--ranks", "8", "--ranks-per-node", "4"])
     add("gemm-tile-1x1",
         "schedule s {\n  input A : bf16[8192, 8192]\n  input B : bf16[8192, 8192]\n"
         "  output C : bf16[8192, 8192]\n  compute mm = gemm(A, B -> C) tile(1, 1, 64)\n}\n")

@@ -91,10 +91,14 @@ class Deriver {
     whole_.assign(ops.size(), -1);
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       if (p_.tasks[t].op < 0) continue;
-      std::set<int> producers;
+      // Collected with repeats, then sorted and made unique: a consumer of an all-to-all has
+      // hundreds of producers, and a tree set per consumer cost more than the pass's own work.
+      std::vector<int> producers;
       std::vector<std::pair<LiveSpanIndex<Access>*, size_t>> superseded;
       data_edges(static_cast<int>(t), &producers);
       credits(static_cast<int>(t), &producers, &superseded);
+      std::sort(producers.begin(), producers.end());
+      producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
       wait_for(static_cast<int>(t), producers);
       fence(static_cast<int>(t));
       for (const auto& [idx, h] : own_[t]) idx->set_alive(h, true);
@@ -191,7 +195,7 @@ class Deriver {
   // ends) and producers that write into the consumer's rank (they wait for its launch fence).
   // Any other producer shares a counter only with producers of its own rank, whose launches are
   // in order.
-  void wait_for(int consumer, const std::set<int>& producers) {
+  void wait_for(int consumer, const std::vector<int>& producers) {
     const int rank = p_.tasks[consumer].rank;
     std::map<std::pair<int, int>, std::vector<int>> groups;  // (op, rank or -1) -> producers
     for (int p : producers) {
@@ -247,21 +251,21 @@ class Deriver {
     c.waits.push_back(Wait{it->second, static_cast<int64_t>(producers.size()), 0});
   }
 
-  // Tasks of operation `op` whose writes overlap what task t reads, from the index of write boxes.
-  std::set<int> writers_of(int t, int op) const {
-    std::set<int> out;
+  // Calls fn(w) for the tasks w of operation `op` whose writes overlap what task t reads, from the
+  // index of write boxes (a task once per box of t it overlaps).
+  template <typename F>
+  void writers_of(int t, int op, F&& fn) const {
     for (const Box& r : p_.tasks[t].reads) {
       auto it = writes_.find({r.rank, r.buffer, op});
       if (it == writes_.end()) continue;
-      it->second.overlapping(p_, r, [&](int w) { out.insert(w); });
+      it->second.overlapping(p_, r, fn);
     }
-    return out;
   }
 
   // 1. Data edges: the tasks of the operations t's operation is `after` (with .tile/.chunk only
   // those whose writes overlap what t reads; without, all of them that announce to t's rank), and
   // earlier tasks of t's own operation whose writes it reads.
-  void data_edges(int t, std::set<int>* producers) {
+  void data_edges(int t, std::vector<int>* producers) {
     const Task& task = p_.tasks[t];
     const compiler::OpInstance& op = p_.source->ops[task.op];
     for (const compiler::Dependency& d : op.deps) {
@@ -270,15 +274,15 @@ class Deriver {
         if (all.size() >= 2) {
           whole_op_edge(d.op, t);
         } else {
-          producers->insert(all.begin(), all.end());
+          producers->insert(producers->end(), all.begin(), all.end());
         }
       } else {
-        for (int pt : writers_of(t, d.op)) producers->insert(pt);
+        writers_of(t, d.op, [&](int pt) { producers->push_back(pt); });
       }
     }
-    for (int pt : writers_of(t, task.op)) {
-      if (pt < t) producers->insert(pt);
-    }
+    writers_of(t, task.op, [&](int pt) {
+      if (pt < t) producers->push_back(pt);
+    });
   }
 
   // op_reach[a][b]: operation instance a waits (transitively) for b.
@@ -311,7 +315,7 @@ class Deriver {
   // chain of n all-reduces in place over one tensor costs n, not n^2, credits). A write of an
   // operation with dependencies on later operations supersedes nothing (those could make a later
   // writer skip it).
-  void credits(int w, std::set<int>* producers,
+  void credits(int w, std::vector<int>* producers,
                std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>* superseded) {
     const Task& writer = p_.tasks[w];
     for (const Box& wb : writer.writes) {
@@ -330,7 +334,7 @@ class Deriver {
         // (every live access is: tasks go live once processed, in task order).
         // If the earlier task waits for the writer's operation, it reads the new data, not the old.
         if (other.op != writer.op && op_reach_[other.op][writer.op]) return;
-        producers->insert(x);
+        producers->push_back(x);
         if (writer.rank == wb.rank && !forward_[writer.op] && contains(wb, *a.box))
           superseded->push_back({&idx, h});
       });

@@ -68,7 +68,6 @@ std::string Lowerer::choose(const OpInstance& op, int64_t bytes) {
 // x range, slot range}: out[box] = op(own[x box], slots[s][slot box] for every
 // s != self), where out's box is the x box (all-reduce) or the slot box (reduce-scatter).
 void Lowerer::lower_reduction(int i) {
-  const size_t first_task = plan_.tasks.size();
   const OpInstance& op = s_.ops[i];
   const bool all = op.kind == OpKind::kAllReduce;
   const TensorUse& x = op.inputs[0];
@@ -97,6 +96,7 @@ void Lowerer::lower_reduction(int i) {
   // matters: it is program order for the credit rule, so an in-place reduction (which
   // overwrites X) comes after every send that reads X.
   for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
+    const size_t chunk_first = plan_.tasks.size();
     const auto& [lo, hi] = chunks[c];
     // Owners of the chunk: every rank (one-shot all-reduce), c mod R (two-shot), or for
     // reduce-scatter every rank for its own shard.
@@ -152,8 +152,9 @@ void Lowerer::lower_reduction(int i) {
       }
     }
     // Every rank's part in chunk c (its send, the owner's reduction and broadcast) on one CTA
-    // index: the ranks' CTAs meet on the same chunks.
-    for (size_t t = first_task; t < plan_.tasks.size(); ++t) {
+    // index: the ranks' CTAs meet on the same chunks. Only this chunk's tasks: a sweep from the
+    // operation's first task made 100,000 chunks take minutes, quadratically.
+    for (size_t t = chunk_first; t < plan_.tasks.size(); ++t) {
       if (plan_.tasks[t].group < 0) plan_.tasks[t].group = c;
     }
   }
@@ -169,7 +170,6 @@ void Lowerer::lower_reduction(int i) {
 // Between nodes each chunk crosses N (N - 1) times, against R (R - 1) / ... for the flat
 // algorithms, whose every rank sends to every other.
 void Lowerer::lower_hierarchical_allreduce(int i) {
-  const size_t first_task = plan_.tasks.size();
   const OpInstance& op = s_.ops[i];
   const TensorUse& x = op.inputs[0];
   const TensorUse& y = op.outputs.empty() ? x : op.outputs[0];
@@ -186,6 +186,7 @@ void Lowerer::lower_hierarchical_allreduce(int i) {
   const int across = add_buffer(name_of(op) + ".node_sums", xt.dtype, with_lead(N), true);
   const abi::i64 code = reduce_code(op.reduce_op);
   for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
+    const size_t chunk_first = plan_.tasks.size();
     const auto& [lo, hi] = chunks[c];
     const int64_t o = c % L;
     const auto owner = [&](int64_t n) { return n * L + o; };
@@ -236,7 +237,7 @@ void Lowerer::lower_hierarchical_allreduce(int i) {
                   fmt::format("{}.bcast({})", name, n * L + l)));
       }
     }
-    for (size_t t = first_task; t < plan_.tasks.size(); ++t) {
+    for (size_t t = chunk_first; t < plan_.tasks.size(); ++t) {
       if (plan_.tasks[t].group < 0) plan_.tasks[t].group = c;
     }
   }
