@@ -1,10 +1,15 @@
 #include "runtime/npy.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cctype>
+#include <climits>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <utility>
 
 #include "support/error.h"
 
@@ -40,6 +45,129 @@ double load(const char* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return static_cast<double>(v);
+}
+
+// NumPy writes headers under a kilobyte; a larger one is not a file mkc wrote or NumPy did.
+constexpr size_t kMaxHeaderBytes = 1 << 20;
+
+// The header's Python dict literal, read as one: {'key': value, ...} with string, True/False and
+// tuple-of-integers values (what NumPy writes); anything else is refused, never guessed at.
+class HeaderReader {
+ public:
+  HeaderReader(const std::string& text, const std::function<UserError(const std::string&)>& bad)
+      : s_(text), bad_(bad) {}
+
+  struct Header {
+    std::string descr;
+    bool fortran_order = false;
+    std::vector<int64_t> shape;
+  };
+
+  Header read() {
+    Header h;
+    bool descr = false, fortran = false, shape = false;
+    expect('{');
+    while (!peek('}')) {
+      const std::string key = string_literal("a key");
+      expect(':');
+      if (key == "descr" && !descr) {
+        h.descr = string_literal("the descr");
+        descr = true;
+      } else if (key == "fortran_order" && !fortran) {
+        h.fortran_order = boolean();
+        fortran = true;
+      } else if (key == "shape" && !shape) {
+        h.shape = tuple();
+        shape = true;
+      } else {
+        throw bad_(fmt::format("the header's key `{}` is {}", key,
+                               key == "descr" || key == "fortran_order" || key == "shape"
+                                   ? "given twice"
+                                   : "not one of descr, fortran_order, shape"));
+      }
+      if (!peek('}')) expect(',');
+    }
+    expect('}');
+    skip_space();
+    if (i_ != s_.size()) throw bad_("text after the header's dict");
+    if (!descr || !fortran || !shape)
+      throw bad_(fmt::format("no `{}` in the header", !descr     ? "descr"
+                                                      : !fortran ? "fortran_order"
+                                                                 : "shape"));
+    return h;
+  }
+
+ private:
+  void skip_space() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t')) ++i_;
+  }
+  bool peek(char c) {
+    skip_space();
+    return i_ < s_.size() && s_[i_] == c;
+  }
+  void expect(char c) {
+    if (!peek(c)) throw bad_(fmt::format("a bad header (expected `{}` at byte {})", c, i_));
+    ++i_;
+  }
+  std::string string_literal(const char* what) {
+    skip_space();
+    if (i_ >= s_.size() || (s_[i_] != '\'' && s_[i_] != '"'))
+      throw bad_(fmt::format("a bad header ({} is not a string)", what));
+    const char quote = s_[i_++];
+    const size_t start = i_;
+    while (i_ < s_.size() && s_[i_] != quote) {
+      if (s_[i_] == '\\' || s_[i_] == '\n') throw bad_(fmt::format("a bad header ({})", what));
+      ++i_;
+    }
+    if (i_ >= s_.size()) throw bad_(fmt::format("a bad header ({} is not terminated)", what));
+    return s_.substr(start, i_++ - start);
+  }
+  bool boolean() {
+    skip_space();
+    for (const auto& [word, value] : {std::pair{"True", true}, std::pair{"False", false}}) {
+      const size_t n = std::strlen(word);
+      if (s_.compare(i_, n, word) == 0) {
+        i_ += n;
+        return value;
+      }
+    }
+    throw bad_("a bad header (fortran_order is not True or False)");
+  }
+  // (), (n,), (a, b, ...): non-negative integers.
+  std::vector<int64_t> tuple() {
+    std::vector<int64_t> out;
+    expect('(');
+    while (!peek(')')) {
+      skip_space();
+      if (i_ >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[i_])))
+        throw bad_("a bad shape (dimensions are non-negative integers)");
+      int64_t n = 0;
+      while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) {
+        if (n > (INT64_MAX - 9) / 10) throw bad_("a shape dimension too large");
+        n = n * 10 + (s_[i_++] - '0');
+      }
+      out.push_back(n);
+      if (!peek(')')) expect(',');
+    }
+    expect(')');
+    return out;
+  }
+
+  const std::string& s_;
+  const std::function<UserError(const std::string&)>& bad_;
+  size_t i_ = 0;
+};
+
+// The bytes of one element of the types mkc reads, 0 for any other.
+int element_bytes(char kind, const std::string& size) {
+  static const std::map<std::string, int> sizes = {{"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}};
+  const auto it = sizes.find(size);
+  if (it == sizes.end()) return 0;
+  const int n = it->second;
+  if (kind == 'f') return n >= 2 ? n : 0;
+  if (kind == 'b') return n == 1 ? 1 : 0;
+  if (kind == 'i' || kind == 'u') return n;
+  return 0;
 }
 
 }  // namespace
@@ -86,75 +214,74 @@ void write_npy(const std::string& path, compiler::DType dtype, const std::vector
   if (!f) throw EnvironmentError(fmt::format("cannot write `{}`", path));
 }
 
-NpyArray read_npy(const std::string& path) {
+NpyArray read_npy(const std::string& path, const std::vector<int64_t>* expected_shape) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw UserError(fmt::format("cannot open `{}`", path));
-  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const auto bad = [&](const std::string& why) {
+  const std::function<UserError(const std::string&)> bad = [&](const std::string& why) {
     return UserError(fmt::format("`{}` is not a .npy file mkc can read: {}", path, why));
   };
-  if (data.size() < 10 || data.compare(0, 6, kMagic, 6) != 0) throw bad("no NumPy magic");
-  const int major = static_cast<unsigned char>(data[6]);
+  // The file's size first: nothing is allocated beyond what the file holds.
+  f.seekg(0, std::ios::end);
+  const std::streamoff file_size = f.tellg();
+  f.seekg(0);
+  if (!f || file_size < 0) throw UserError(fmt::format("cannot read `{}`", path));
+  const auto read_exact = [&](char* dst, size_t n) {
+    f.read(dst, static_cast<std::streamsize>(n));
+    return static_cast<size_t>(f.gcount()) == n;
+  };
+  char lead[12];
+  if (!read_exact(lead, 10) || std::memcmp(lead, kMagic, 6) != 0) throw bad("no NumPy magic");
+  const int major = static_cast<unsigned char>(lead[6]);
   size_t header_len = 0, offset = 0;
   if (major == 1) {
-    header_len = static_cast<unsigned char>(data[8]) | static_cast<unsigned char>(data[9]) << 8;
+    header_len = static_cast<unsigned char>(lead[8]) | static_cast<unsigned char>(lead[9]) << 8;
     offset = 10;
   } else if (major == 2 || major == 3) {
-    if (data.size() < 12) throw bad("truncated header");
+    if (!read_exact(lead + 10, 2)) throw bad("truncated header");
     uint32_t n;
-    std::memcpy(&n, data.data() + 8, 4);
+    std::memcpy(&n, lead + 8, 4);
     header_len = n;
     offset = 12;
   } else {
     throw bad(fmt::format("format version {}", major));
   }
-  if (offset + header_len > data.size()) throw bad("truncated header");
-  const std::string header = data.substr(offset, header_len);
+  if (header_len > kMaxHeaderBytes)
+    throw bad(fmt::format("a header of {} bytes (NumPy writes under a kilobyte)", header_len));
+  if (static_cast<int64_t>(offset + header_len) > file_size) throw bad("truncated header");
+  std::string header(header_len, '\0');
+  if (!read_exact(header.data(), header_len)) throw bad("truncated header");
+  const HeaderReader::Header h = HeaderReader(header, bad).read();
   NpyArray a;
-  // The header is a Python dict literal; mkc needs three of its entries.
-  const auto value_of = [&](const std::string& key) {
-    const size_t k = header.find("'" + key + "'");
-    if (k == std::string::npos) throw bad(fmt::format("no `{}` in the header", key));
-    size_t v = header.find(':', k);
-    if (v == std::string::npos) throw bad("bad header");
-    ++v;
-    while (v < header.size() && header[v] == ' ') ++v;
-    return v;
-  };
-  size_t v = value_of("descr");
-  if (v >= header.size() || header[v] != '\'') throw bad("bad descr");
-  const size_t close = header.find('\'', v + 1);
-  if (close == std::string::npos) throw bad("bad descr");
-  a.descr = header.substr(v + 1, close - v - 1);
-  if (header.compare(value_of("fortran_order"), 5, "False") != 0)
-    throw bad("Fortran order (save it C-contiguous)");
-  v = value_of("shape");
-  const size_t end = header.find(')', v);
-  if (v >= header.size() || header[v] != '(' || end == std::string::npos) throw bad("bad shape");
-  int64_t count = 1;
-  for (size_t i = v + 1; i < end;) {
-    if (std::isdigit(static_cast<unsigned char>(header[i]))) {
-      int64_t n = 0;
-      while (i < end && std::isdigit(static_cast<unsigned char>(header[i])))
-        n = n * 10 + (header[i++] - '0');
-      a.shape.push_back(n);
-      count *= n;
-    } else {
-      ++i;
-    }
-  }
+  a.descr = h.descr;
+  a.shape = h.shape;
+  if (h.fortran_order) throw bad("Fortran order (save it C-contiguous)");
   const std::string& d = a.descr;
   const char order = d.empty() ? '?' : d[0];
   if (d.size() < 3 || (order != '<' && order != '|' && order != '='))
     throw bad(fmt::format("dtype `{}` (only little-endian data)", d));
   const char kind = d[1];
-  const int size = std::atoi(d.c_str() + 2);
-  const char* p = data.data() + offset + header_len;
-  if (static_cast<int64_t>(data.size() - offset - header_len) < count * size)
-    throw bad("truncated data");
-  a.values.resize(count);
+  const int size = element_bytes(kind, d.substr(2));
+  if (size == 0) throw bad(fmt::format("dtype `{}` (f2, f4, f8, i1-i8, u1-u8, b1)", d));
+  int64_t count = 1;
+  for (int64_t n : a.shape) {
+    if (n != 0 && count > INT64_MAX / n) throw bad("a shape of more than 2^63 elements");
+    count *= n;
+  }
+  if (expected_shape != nullptr && a.shape != *expected_shape) {
+    throw UserError(fmt::format("`{}` has shape ({}), expected ({})", path,
+                                fmt::join(a.shape, ", "), fmt::join(*expected_shape, ", ")));
+  }
+  const int64_t available = file_size - static_cast<int64_t>(offset + header_len);
+  if (count > available / size) {
+    throw bad(fmt::format("truncated data ({} bytes for {} elements of {} bytes)", available, count,
+                          size));
+  }
+  std::string data(static_cast<size_t>(count * size), '\0');
+  if (!read_exact(data.data(), data.size())) throw bad("truncated data");
+  a.values.resize(static_cast<size_t>(count));
+  const char* p = data.data();
   for (int64_t i = 0; i < count; ++i, p += size) {
-    double v;
+    double v = 0;
     if (kind == 'f' && size == 2) {
       v = load<_Float16>(p);
     } else if (kind == 'f' && size == 4) {
@@ -175,10 +302,8 @@ NpyArray read_npy(const std::string& path) {
       v = load<uint16_t>(p);
     } else if (kind == 'u' && size == 4) {
       v = load<uint32_t>(p);
-    } else if (kind == 'u' && size == 8) {
-      v = load<uint64_t>(p);
     } else {
-      throw bad(fmt::format("dtype `{}`", d));
+      v = load<uint64_t>(p);
     }
     a.values[i] = v;
   }

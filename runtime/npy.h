@@ -23,8 +23,11 @@ void write_npy(const std::string& path, compiler::DType dtype, const std::vector
                const std::vector<double>& values);
 
 // Reads a float (f2, f4, f8) or integer (i1 .. i8, u1 .. u8, b1) array. Throws UserError naming
-// the file for anything else (big-endian, Fortran order, a bad header).
-NpyArray read_npy(const std::string& path);
+// the file for anything else (big-endian, Fortran order, a header that is not NumPy's dict of
+// descr, fortran_order and shape, a negative or overflowing shape, data shorter than the shape).
+// With `expected_shape`, a file of another shape is refused before its data is read. Nothing is
+// allocated beyond what the file's size backs.
+NpyArray read_npy(const std::string& path, const std::vector<int64_t>* expected_shape = nullptr);
 
 // "A.rank0.npy": the file of one rank's tensor in a --save/--load directory.
 std::string npy_name(const std::string& tensor, int rank);

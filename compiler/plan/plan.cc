@@ -116,8 +116,7 @@ json task_json(const Plan& plan, size_t i) {
   for (const Wait& w : t.waits)
     jt["waits"].push_back(
         {{"event", plan.events[w.event].name}, {"count", w.count}, {"lag", w.lag}});
-  for (const auto& [key, boxes] :
-       {std::pair{"reads", &t.reads}, std::pair{"writes", &t.writes}}) {
+  for (const auto& [key, boxes] : {std::pair{"reads", &t.reads}, std::pair{"writes", &t.writes}}) {
     jt[key] = json::array();
     for (const Box& b : *boxes) {
       json jb = {

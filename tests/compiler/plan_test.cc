@@ -33,10 +33,18 @@ Streamed stream(const Plan& p) {
 }
 
 TEST_CASE("write_json: the tree's text, byte for byte, for every sample on one node and two") {
-  const char* samples[] = {"allgather",         "allgather_gemm",    "allreduce",
-                           "alltoall",          "gemm",              "gemm_allreduce",
-                           "gemm_reducescatter", "moe_dispatch_gemm", "moe_ffn_combine",
-                           "reducescatter",     "ring_attention",    "ring_attention_causal"};
+  const char* samples[] = {"allgather",
+                           "allgather_gemm",
+                           "allreduce",
+                           "alltoall",
+                           "gemm",
+                           "gemm_allreduce",
+                           "gemm_reducescatter",
+                           "moe_dispatch_gemm",
+                           "moe_ffn_combine",
+                           "reducescatter",
+                           "ring_attention",
+                           "ring_attention_causal"};
   for (const char* name : samples) {
     for (int64_t per_node : {0, 2}) {
       CAPTURE(name);

@@ -1,6 +1,7 @@
 // .npy files as `mkc run --save/--load` writes and reads them: round trips for every element
-// type mkc saves, the exact bytes of a header NumPy itself writes, and clear errors for files
-// mkc cannot read.
+// type mkc saves, the exact bytes of a header NumPy itself writes, clear errors for files mkc
+// cannot read, and hostile headers (a shape that overflows or is negative, a dtype refused only
+// after gigabytes were allocated, a key inside another value) refused before any allocation.
 #include "runtime/npy.h"
 
 #include <doctest/doctest.h>
@@ -9,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "support/error.h"
 
@@ -82,6 +85,98 @@ TEST_CASE("npy: files mkc cannot read are named with the reason") {
   CHECK_THROWS_WITH_AS(read_npy(temp_path("missing.npy")), doctest::Contains("cannot open"),
                        UserError);
   std::remove(p.c_str());
+}
+
+// A .npy file of this header (version 1.0) and these data bytes.
+std::string with_header(const std::string& name, const std::string& header,
+                        const std::string& data) {
+  const std::string p = temp_path(name);
+  std::ofstream f(p, std::ios::binary);
+  f << std::string("\x93NUMPY\x01\x00", 8) << static_cast<char>(header.size() & 0xff)
+    << static_cast<char>(header.size() >> 8) << header << data;
+  return p;
+}
+
+TEST_CASE("npy: hostile headers are refused before any allocation the file does not back") {
+  // Each: a header, the data bytes after it, and the reason the error names.
+  struct Case {
+    const char* what;
+    std::string header;
+    std::string data;
+    const char* reason;
+  };
+  const std::vector<Case> cases = {
+      // 8 GB of doubles were allocated and zeroed for this 120-byte file, then the dtype refused.
+      {"complex of 10^9", "{'descr': '<c8', 'fortran_order': False, 'shape': (1000000000,), }", "",
+       "dtype `<c8`"},
+      {"shape overflow",
+       "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }", "",
+       "more than 2^63"},
+      {"dimension overflow",
+       "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", "",
+       "too large"},
+      {"negative dimension", "{'descr': '<f4', 'fortran_order': False, 'shape': (-4,), }",
+       std::string(16, '\0'), "non-negative"},
+      {"unterminated descr", "{'descr': '<f4, 'fortran_order': False, 'shape': (1,), }",
+       std::string(4, '\0'), "bad header"},
+      {"descr never closed", "{'descr': '<f4", "", "not terminated"},
+      {"shape inside another value",
+       "{'descr': '<f4', 'fortran_order': False, 'note': \"'shape': (9,)\", 'shape': (1,), }",
+       std::string(4, '\0'), "`note`"},
+      {"shape given twice",
+       "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'shape': (2,), }",
+       std::string(8, '\0'), "given twice"},
+      {"no shape", "{'descr': '<f4', 'fortran_order': False, }", "", "no `shape`"},
+      {"fortran order", "{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }",
+       std::string(4, '\0'), "Fortran"},
+      {"truncated data", "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000000,), }",
+       std::string(16, '\0'), "truncated data"},
+      {"odd element size", "{'descr': '<f3', 'fortran_order': False, 'shape': (1,), }",
+       std::string(3, '\0'), "dtype `<f3`"},
+      {"text after the dict", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), } x",
+       std::string(4, '\0'), "after the header"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    const std::string p = with_header("hostile.npy", c.header, c.data);
+    CHECK_THROWS_WITH_AS(read_npy(p), doctest::Contains(c.reason), UserError);
+    std::remove(p.c_str());
+  }
+  // A version 2.0 header length of 4 GiB: refused from its length, not allocated.
+  {
+    const std::string p = temp_path("v2.npy");
+    std::ofstream f(p, std::ios::binary);
+    f << std::string("\x93NUMPY\x02\x00\xff\xff\xff\xff", 12) << "{}";
+    f.close();
+    CHECK_THROWS_WITH_AS(read_npy(p), doctest::Contains("a header of 4294967295 bytes"), UserError);
+    std::remove(p.c_str());
+  }
+}
+
+TEST_CASE("npy: an expected shape is checked before the data is read") {
+  // The header promises 10^12 elements; the caller expects 5: refused on the shape, at once.
+  const std::string p = with_header(
+      "expect.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }", "");
+  const std::vector<int64_t> five = {5};
+  CHECK_THROWS_WITH_AS(read_npy(p, &five),
+                       doctest::Contains("has shape (1000000000000), expected (5)"), UserError);
+  // The right shape reads; spaces and no trailing comma as other writers put them.
+  const std::string q = with_header(
+      "spaced.npy", "{ 'descr' : '<i4' , 'fortran_order' : False , 'shape' : ( 2 , 3 ) }",
+      std::string("\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00\x04\x00\x00\x00\x05\x00\x00\x00"
+                  "\x06\x00\x00\x00",
+                  24));
+  const std::vector<int64_t> two_by_three = {2, 3};
+  const NpyArray a = read_npy(q, &two_by_three);
+  CHECK(a.values == std::vector<double>{1, 2, 3, 4, 5, 6});
+  // A scalar: shape ().
+  const std::string s =
+      with_header("scalar.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (), }",
+                  std::string(8, '\0'));
+  CHECK(read_npy(s).values.size() == 1);
+  std::remove(p.c_str());
+  std::remove(q.c_str());
+  std::remove(s.c_str());
 }
 
 }  // namespace

@@ -55,10 +55,10 @@ TEST_CASE("compile_bench: a row per sample, world size and mode; a refused sched
   const std::string dir = tmp != nullptr ? tmp : "/tmp";
   const std::string csv = dir + "/compile.csv";
   // `allreduce` matches allreduce and gemm_allreduce: 2 samples x 2 world sizes x 2 modes.
-  const auto [rc, out] = run_command(fmt::format(
-      "python3 bench/compile_bench.py --mkc ./mkc --only allreduce --ranks 1,3 "
-      "--modes plan,verify --timeout 120 --csv {}",
-      csv));
+  const auto [rc, out] = run_command(
+      fmt::format("python3 bench/compile_bench.py --mkc ./mkc --only allreduce --ranks 1,3 "
+                  "--modes plan,verify --timeout 120 --csv {}",
+                  csv));
   REQUIRE_MESSAGE(rc == 0, out);
   const std::vector<std::string> rows = lines_of(csv);
   REQUIRE_MESSAGE(rows.size() == 9, out);
