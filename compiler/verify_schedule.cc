@@ -40,6 +40,24 @@ double interpreter_work(const Plan& p) {
   return work;
 }
 
+// The bytes the interpreter and the reference hold for a plan: every buffer of every rank as
+// doubles, in the interpreter and again in the reference, and each launch's snapshot of the user
+// tensors. `largest` is the buffer of the most elements.
+double interpreter_bytes(const Plan& p, int launches, int* largest) {
+  double all = 0, user = 0;
+  *largest = -1;
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    double n = 1;  // in double: a shape the check allowed may still overflow 64 bits here
+    for (int64_t d : p.buffers[b].shape) n *= static_cast<double>(d);
+    all += n;
+    if (p.buffers[b].tensor >= 0) user += n;
+    if (*largest < 0 || n > static_cast<double>(p.buffers[*largest].elements())) {
+      *largest = static_cast<int>(b);
+    }
+  }
+  return 8.0 * static_cast<double>(p.ranks) * (2 * all + launches * user);
+}
+
 // The tasks whose write boxes hold element `flat` of buffer b on rank r, for a wrong output.
 std::string writers_of(const dsl::SourceFile& file, const Plan& p, int r, int b, int64_t flat) {
   const std::vector<int64_t>& shape = p.buffers[b].shape;
@@ -123,6 +141,24 @@ class Run {
           "not run: one launch is about {:.2g} element operations, over its limit of {:.2g}; "
           "verify at smaller shapes (-D), where the same plan structure is cheap to execute\n",
           what, p.tasks.size(), p.events.size(), waits, note, work, o_.max_work));
+      return false;
+    }
+    int largest = -1;
+    const double bytes = interpreter_bytes(p, o_.launches, &largest);
+    if (bytes > o_.max_bytes) {
+      const plan::Buffer& big = p.buffers[largest];
+      std::string where;
+      if (big.tensor >= 0) {
+        const dsl::LineCol lc = file_->line_col(s.tensors[big.tensor].span.begin);
+        where = fmt::format(", declared at {}:{}:{}", file_->path(), lc.line, lc.col);
+      }
+      fail(fmt::format(
+          "{}: the plan verified ({} tasks, {} events, {} waits{}), but the CPU interpreter was "
+          "not run: it would hold about {:.3g} GB of buffers, over its limit of {:.3g} GB (the "
+          "largest, `{}`, has {} elements on each of the {} ranks{}); verify at smaller shapes "
+          "(-D), or give unused tensors fewer elements\n",
+          what, p.tasks.size(), p.events.size(), waits, note, bytes / 1e9, o_.max_bytes / 1e9,
+          big.name, static_cast<double>(big.elements()), p.ranks, where));
       return false;
     }
     plan::HostFns fns;

@@ -29,6 +29,10 @@ struct VerifyScheduleOptions {
   // interleaving) the interpreter is not run and verification fails with the reason: the CPU
   // interpreter is for small shapes.
   double max_work = 4e8;
+  // Above this many bytes of buffers the interpreter would hold (every buffer of every rank as
+  // doubles, the reference's copy, and one snapshot of the user tensors per launch), it is not
+  // run either: an unused `scratch S : f32[2^28]` must not take the machine's memory.
+  double max_bytes = 1e9;
   bool color = false;
   // Put every verified plan, as JSON with each task's read and write boxes (plan.h, to_json), in
   // VerifyScheduleResult::plans.

@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <limits>
+
+#include "dsl/cpp_body.h"
 
 namespace mkc::dsl {
 
@@ -294,40 +297,31 @@ Token Lexer::next() {
 }
 
 std::string_view Lexer::raw_block(uint32_t open_end, Span* body_span) {
-  pos_ = open_end;
-  int depth = 1;
-  const uint32_t start = pos_;
-  while (pos_ < text_.size()) {
-    const char c = text_[pos_];
-    const char n = pos_ + 1 < text_.size() ? text_[pos_ + 1] : '\0';
-    if (c == '/' && n == '/') {
-      while (pos_ < text_.size() && text_[pos_] != '\n') ++pos_;
-    } else if (c == '/' && n == '*') {
-      const size_t close = text_.find("*/", pos_ + 2);
-      pos_ = close == std::string_view::npos ? static_cast<uint32_t>(text_.size())
-                                             : static_cast<uint32_t>(close + 2);
-    } else if (c == '"' || c == '\'') {
-      ++pos_;
-      while (pos_ < text_.size() && text_[pos_] != c && text_[pos_] != '\n') {
-        pos_ += text_[pos_] == '\\' ? 2 : 1;
-      }
-      ++pos_;
-    } else {
-      if (c == '{') ++depth;
-      if (c == '}' && --depth == 0) {
-        *body_span = {start, pos_};
-        ++pos_;
-        return text_.substr(start, pos_ - 1 - start);
-      }
-      ++pos_;
-    }
+  // The body ends where C++ ends it (dsl/cpp_body.h): literals, comments, digit separators and
+  // line splices read as the C++ compiler reads them, so no body can close its function early.
+  const uint32_t start = open_end;
+  const CppBodyScan scan = scan_cpp_body(text_.substr(start));
+  if (scan.end != CppBodyScan::kNone) {
+    const uint32_t close = start + static_cast<uint32_t>(scan.end);
+    *body_span = {start, close};
+    pos_ = close + 1;
+    return text_.substr(start, close - start);
   }
   pos_ = static_cast<uint32_t>(text_.size());
   *body_span = {start, pos_};
-  diags_
-      .error(DiagKind::kUnterminated, file_, {open_end - 1, open_end},
-             "device function body has no closing `}`")
-      .set_hint("balance the braces of the C++ body");
+  if (scan.fatal) {
+    const uint32_t at = start + static_cast<uint32_t>(scan.problem_at);
+    diags_
+        .error(DiagKind::kUnterminated, file_,
+               {at, at + static_cast<uint32_t>(std::max<size_t>(scan.problem_length, 1))},
+               fmt::format("device function body: {}", scan.problem))
+        .set_hint("close it: the body is C++, and C++ reads it to the end of the file from here");
+  } else {
+    diags_
+        .error(DiagKind::kUnterminated, file_, {open_end - 1, open_end},
+               "device function body has no closing `}`")
+        .set_hint("balance the braces of the C++ body");
+  }
   return text_.substr(start);
 }
 

@@ -9,6 +9,7 @@
 
 #include "compiler/sema/checker.h"
 #include "compiler/sema/device_code.h"
+#include "dsl/cpp_body.h"
 #include "dsl/suggest.h"
 
 namespace mkc::compiler {
@@ -117,15 +118,21 @@ void Checker::check_device_fn(const dsl::DeviceFn& f) {
         .set_hint(
             "device functions become C++ functions of the generated kernel; pick another name");
   }
-  if (auto at = find_preprocessor_directive(f.body)) {
-    const std::string_view rest = std::string_view(f.body).substr(*at);
-    const size_t end = std::min(rest.find('\n'), rest.size());
-    const uint32_t begin = f.body_span.begin + static_cast<uint32_t>(*at);
-    error(DiagKind::kDeviceFunction, Span{begin, begin + static_cast<uint32_t>(end)},
-          fmt::format("the body of device function `{}` holds a preprocessor directive", f.name))
-        .set_hint(
-            "the body is compiled as written, on the machine that compiles the kernel: "
-            "`#include`, `#define`, `#pragma` and `_Pragma` are not allowed in it");
+  // The body as C++ reads it (dsl/cpp_body.h); the lexer reported a body it could not end.
+  const dsl::CppBodyScan scan = dsl::scan_cpp_body(f.body + "}");
+  if (scan.problem_at != dsl::CppBodyScan::kNone && !scan.fatal) {
+    const uint32_t begin = f.body_span.begin + static_cast<uint32_t>(scan.problem_at);
+    const bool directive = scan.problem.rfind("a preprocessor directive", 0) == 0;
+    // The directive's line, or the digraph.
+    const std::string_view rest = std::string_view(f.body).substr(scan.problem_at);
+    const size_t length = directive ? std::min(rest.find('\n'), rest.size()) : scan.problem_length;
+    error(DiagKind::kDeviceFunction, Span{begin, begin + static_cast<uint32_t>(length)},
+          fmt::format("the body of device function `{}` holds {}", f.name, scan.problem))
+        .set_hint(directive
+                      ? "the body is compiled as written, on the machine that compiles the kernel: "
+                        "`#include`, `#define`, `#pragma`, `_Pragma` and `#` itself are not "
+                        "allowed in it"
+                      : "write the braces `{` and `}`: the body's end is found by its braces");
   }
   std::set<std::string> seen;
   for (const dsl::DeviceParam& p : f.params) {

@@ -1,8 +1,8 @@
-// The names a device function cannot take, grouped by why, and the scan of its body for
-// preprocessor directives. The lists follow what the generated kernel sees: the C++20 keywords,
-// mkc's element types, the types and built-ins of CUDA and of the headers the generated code
-// includes (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, <cuda/atomic>), the common functions of CUDA's
-// math library, and the names code generation itself defines at namespace scope.
+// The names a device function cannot take, grouped by why. The lists follow what the generated
+// kernel sees: the C++20 keywords, mkc's element types, the types and built-ins of CUDA and of the
+// headers the generated code includes (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, <cuda/atomic>), the
+// common functions of CUDA's math library, and the names code generation itself defines at
+// namespace scope.
 #include "compiler/sema/device_code.h"
 
 #include <fmt/format.h>
@@ -135,10 +135,6 @@ bool is_vector_type(std::string_view name) {
   return false;
 }
 
-bool is_ident_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-}
-
 }  // namespace
 
 const char* reserved_device_name(std::string_view name) {
@@ -158,55 +154,6 @@ const char* reserved_device_name(std::string_view name) {
   if (builtins().count(n)) return "a CUDA built-in";
   if (math().count(n)) return "a function of CUDA's math library";
   return nullptr;
-}
-
-std::optional<size_t> find_preprocessor_directive(std::string_view body) {
-  // Translation phase 2 first: a backslash at the end of a line joins it to the next, so
-  // `#\<newline>include` is a directive too. `at` maps the joined text back to the body.
-  std::string text;
-  std::vector<size_t> at;
-  for (size_t i = 0; i < body.size(); ++i) {
-    if (body[i] == '\\') {
-      size_t j = i + 1;
-      if (j < body.size() && body[j] == '\r') ++j;
-      if (j < body.size() && body[j] == '\n') {
-        i = j;
-        continue;
-      }
-    }
-    text.push_back(body[i]);
-    at.push_back(i);
-  }
-  const size_t n = text.size();
-  // `_Pragma("...")` works anywhere, not only at the start of a line.
-  for (size_t p = text.find("_Pragma"); p != std::string::npos; p = text.find("_Pragma", p + 1)) {
-    const bool starts = p == 0 || !is_ident_char(text[p - 1]);
-    const bool ends = p + 7 >= n || !is_ident_char(text[p + 7]);
-    if (starts && ends) return at[p];
-  }
-  // Each line: spaces and comments, then a `#` (or its digraph `%:`, or trigraph `??=`) makes a
-  // directive.
-  size_t i = 0;
-  while (i < n) {
-    for (;;) {
-      while (i < n && (text[i] == ' ' || text[i] == '\t' || text[i] == '\v' || text[i] == '\f' ||
-                       text[i] == '\r'))
-        ++i;
-      if (i + 1 < n && text[i] == '/' && text[i + 1] == '*') {
-        const size_t close = text.find("*/", i + 2);
-        i = close == std::string::npos ? n : close + 2;
-        continue;
-      }
-      break;
-    }
-    if (i < n && text[i] == '#') return at[i];
-    if (i + 1 < n && text[i] == '%' && text[i + 1] == ':') return at[i];
-    if (i + 2 < n && text[i] == '?' && text[i + 1] == '?' && text[i + 2] == '=') return at[i];
-    const size_t nl = text.find('\n', i);
-    if (nl == std::string::npos) break;
-    i = nl + 1;
-  }
-  return std::nullopt;
 }
 
 const char* cuda_type(DType t) {

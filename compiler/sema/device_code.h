@@ -2,12 +2,12 @@
 // emits around it. A device function's name and parameter names become C++ identifiers at
 // namespace scope of the generated kernel, and its body is pasted in as written and compiled by
 // NVRTC: a name that is a keyword, a type or something the generated code or CUDA already defines
-// breaks that compile, and a preprocessor directive in the body would run on the machine that
-// compiles (`#include "/etc/passwd"` prints the file in NVRTC's diagnostics).
+// breaks that compile. (What its body may hold is dsl/cpp_body.h's: a preprocessor directive
+// would run on the machine that compiles, `#include "/etc/passwd"` printing the file in NVRTC's
+// diagnostics.)
 #pragma once
 
 #include <cstddef>
-#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,11 +25,5 @@ std::string device_function_definition(const DeviceFunction& f);
 // Why `name` cannot name a device function or one of its parameters ("a C++ keyword", ...), or
 // null when it can.
 const char* reserved_device_name(std::string_view name);
-
-// Where a preprocessor directive starts in a C++ `body` (the offset of its `#`, `%:` or `??=`, or
-// of `_Pragma`), or nullopt when there is none. Conservative: a `#` that begins a line after
-// spaces and comments counts even where C++ would see it inside a multi-line comment or raw
-// string, so that no directive can hide from the scan.
-std::optional<size_t> find_preprocessor_directive(std::string_view body);
 
 }  // namespace mkc::compiler

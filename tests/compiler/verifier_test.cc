@@ -452,6 +452,32 @@ schedule s {
   CHECK(res.errors.find("roles") != std::string::npos);
 }
 
+// Issue 34: an unused scratch tensor of 2^28 floats in a 256-element launch took 10.5 GB, then
+// std::bad_alloc (exit 2); 2^40 failed at once. The interpreter is not run past its memory bound,
+// and the error names the tensor where it is declared.
+TEST_CASE("mkc verify: buffers the interpreter cannot hold are refused, located, before it runs") {
+  for (const char* n : {"268435456", "1099511627776"}) {
+    CAPTURE(n);
+    auto file = std::make_shared<dsl::SourceFile>("big.mks", fmt::format(R"(schedule s {{
+  ranks R
+  input X : f32[256] symmetric
+  scratch S : f32[{}]
+  comm ar = allreduce(X, sum)
+}}
+)",
+                                                                         n));
+    compiler::CheckOptions opts;
+    opts.ranks = {2};
+    const auto res = compiler::verify_schedule(file, opts, {});
+    CHECK(res.exit_code == 1);
+    CHECK_MESSAGE(res.errors.find("the CPU interpreter was not run: it would hold about") !=
+                      std::string::npos,
+                  res.errors);
+    CHECK_MESSAGE(res.errors.find("`S`") != std::string::npos, res.errors);
+    CHECK_MESSAGE(res.errors.find("declared at big.mks:4:3") != std::string::npos, res.errors);
+  }
+}
+
 }  // namespace
 }  // namespace mkc::plan
 
