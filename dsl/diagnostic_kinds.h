@@ -31,6 +31,8 @@
     "an operation reads data another writes, without "                                           \
     "`after`")                                                                                   \
   X(kDependencyCycle, "dependency-cycle", "operations that wait on each other: a deadlock")      \
+  X(kDependencyOrder, "dependency-order",                                                        \
+    "a wait on a later operation touching the same data: against program order")                 \
   X(kParamRange, "param-range", "a parameter or size that is zero, negative or too large")       \
   X(kOverflow, "overflow", "integer arithmetic that overflows 64 bits")                          \
   X(kInexactDivision, "inexact-division", "a shape or size division with a remainder")           \

@@ -57,6 +57,7 @@ bool Checker::run(CheckedSchedule* result) {
   }
   if (diags_.error_count() == errors_before) check_races();
   if (diags_.error_count() == errors_before) check_cycles();
+  if (diags_.error_count() == errors_before) check_forward_waits();
   if (diags_.error_count() != errors_before) return false;
   *result = std::move(out_);
   return true;

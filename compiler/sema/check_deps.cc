@@ -3,11 +3,13 @@
 // per-tile or per-chunk wait is on something that produces data the waiter reads. Then two rules
 // make a schedule safe: no read of data an earlier operation writes without a path of waits to it
 // (check_races), and no cycle of waits (check_cycles) — every rank runs the same schedule, so a
-// cycle through a comm operation is a deadlock across ranks.
+// cycle through a comm operation is a deadlock across ranks. A third keeps the kernel's order the
+// schedule's: no wait on a later operation that touches the same data (check_forward_waits).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "compiler/sema/checker.h"
@@ -498,6 +500,129 @@ void Checker::check_cycles() {
           cycle.push_back(*it);
         report_cycle(cycle);
         return;
+      }
+    }
+  }
+}
+
+namespace {
+
+bool slices_overlap(const Slice& a, const Slice& b) {
+  if (a.tensor != b.tensor) return false;
+  if (a.index == nullptr || b.index == nullptr) return true;
+  const size_t n = std::min(a.index->size(), b.index->size());
+  return std::equal(a.index->begin(), a.index->begin() + static_cast<std::ptrdiff_t>(n),
+                    b.index->begin());
+}
+
+// The first tensor both touch with one of them writing it (-1: none).
+int conflict(const std::vector<Slice>& a_reads, const std::vector<Slice>& a_writes,
+             const std::vector<Slice>& b_reads, const std::vector<Slice>& b_writes) {
+  for (const Slice& w : a_writes) {
+    for (const std::vector<Slice>* other : {&b_reads, &b_writes}) {
+      for (const Slice& s : *other)
+        if (slices_overlap(w, s)) return w.tensor;
+    }
+  }
+  for (const Slice& r : a_reads) {
+    for (const Slice& w : b_writes)
+      if (slices_overlap(r, w)) return r.tensor;
+  }
+  return -1;
+}
+
+}  // namespace
+
+// An operation that waits, directly or through others, for one that comes later in program order
+// runs after it on the GPU, while the schedule means it to run before: program order is what the
+// reference computes and what the compiler's credits follow. Where the two touch the same data and
+// one of them writes it, the kernel would compute something other than the schedule, or race
+// (`a = copy(X -> Y) after b` with `b = copy(Z -> Y)` declared after it). Refused, naming both.
+// Without a wait on a later instance (the common case) no path can lead forward and nothing more
+// is done; with one, the waits' transitive closure as bitsets over the instances (at most 4096,
+// the unroll bound: 2 MB), in an order where every instance follows what it waits for (the waits
+// are acyclic here: check_cycles ran first).
+void Checker::check_forward_waits() {
+  const int n = static_cast<int>(out_.ops.size());
+  bool forward = false;
+  for (int v = 0; v < n && !forward; ++v) {
+    for (const Dependency& d : out_.ops[v].deps) forward = forward || d.op > v;
+  }
+  if (!forward) return;
+  // Post-order of the waits: every instance after those it waits for.
+  std::vector<int> order;
+  std::vector<char> state(n, 0);
+  for (int s = 0; s < n; ++s) {
+    if (state[s]) continue;
+    std::vector<std::pair<int, size_t>> stack = {{s, 0}};
+    state[s] = 1;
+    while (!stack.empty()) {
+      auto& [v, next] = stack.back();
+      const auto& deps = out_.ops[v].deps;
+      if (next == deps.size()) {
+        order.push_back(v);
+        stack.pop_back();
+        continue;
+      }
+      const int d = deps[next++].op;
+      if (!state[d]) {
+        state[d] = 1;
+        stack.push_back({d, 0});
+      }
+    }
+  }
+  const size_t words = (static_cast<size_t>(n) + 63) / 64;
+  std::vector<uint64_t> reach(static_cast<size_t>(n) * words, 0);
+  const auto row = [&](int v) { return reach.data() + static_cast<size_t>(v) * words; };
+  for (int v : order) {
+    uint64_t* r = row(v);
+    for (const Dependency& d : out_.ops[v].deps) {
+      const uint64_t* from = row(d.op);
+      for (size_t w = 0; w < words; ++w) r[w] |= from[w];
+      r[d.op / 64] |= uint64_t{1} << (d.op % 64);
+    }
+  }
+  // Each instance's accesses, once.
+  std::vector<std::vector<TensorUse>> read_uses(n);
+  std::vector<std::vector<Slice>> reads(n), writes(n);
+  for (int c = 0; c < n; ++c) {
+    const OpInstance& op = out_.ops[c];
+    read_uses[c] = op.inputs;
+    if (accumulates(op)) read_uses[c].push_back(op.outputs[0]);
+    reads[c] = slices(read_uses[c], read_tensors(op), op.decl->span);
+    writes[c] = slices(op.outputs, written_tensors(op), op.decl->span);
+  }
+  std::set<std::pair<const dsl::OpDecl*, const dsl::OpDecl*>> reported;
+  for (int a = 0; a < n; ++a) {
+    const uint64_t* r = row(a);
+    const OpInstance& first = out_.ops[a];
+    for (size_t w = static_cast<size_t>(a + 1) / 64; w < words; ++w) {
+      uint64_t bits = r[w];
+      if (w == static_cast<size_t>(a + 1) / 64) bits &= ~uint64_t{0} << ((a + 1) % 64);
+      for (; bits != 0; bits &= bits - 1) {
+        const int b = static_cast<int>(w * 64) + __builtin_ctzll(bits);
+        const int t = conflict(reads[a], writes[a], reads[b], writes[b]);
+        if (t < 0) continue;
+        const OpInstance& later = out_.ops[b];
+        if (!reported.insert({first.decl, later.decl}).second) continue;
+        // Point at the `after` that names `later` when it is a direct wait.
+        Span at = first.decl->span;
+        for (const Dependency& d : first.deps) {
+          if (d.op == b) at = d.span;
+        }
+        error(DiagKind::kDependencyOrder, at,
+              fmt::format("`{}` waits for `{}`, which comes after it in program order, and both "
+                          "use `{}` (one writes it): the kernel would run `{}` first, against "
+                          "the schedule's order",
+                          instance_name(first), instance_name(later), out_.tensors[t].name,
+                          instance_name(later)))
+            .note(later.decl->span, fmt::format("`{}` is declared here", instance_name(later)))
+            .set_hint(later.decl == first.decl
+                          ? fmt::format("wait for an earlier iteration (`{}[... - 1]`), or drop "
+                                        "the wait",
+                                        first.name)
+                          : fmt::format("declare `{}` before `{}`, or drop the wait", later.name,
+                                        first.name));
       }
     }
   }

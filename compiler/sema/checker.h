@@ -207,6 +207,7 @@ class Checker {
   const LoopEnv& env_of(int instance) const { return pending_[instance].env; }
   void check_races();
   void check_cycles();
+  void check_forward_waits();
   std::string instance_name(const OpInstance& op) const;
   void report_cycle(const std::vector<int>& cycle);
 
