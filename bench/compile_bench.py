@@ -12,17 +12,19 @@ Modes:
   plan   `--emit plan`: lowering, dependencies, scheduling and writing the plan's JSON
   cold   `--emit cubin --no-cache`: the whole compile, NVRTC included
   warm   `--emit cubin` after a cold one: planning, code generation and a JIT cache hit
-  verify `mkc verify` at small shapes (SMALL in this file): the whole-world plan with the verifier after
-         every pass, and the CPU interpreter against the reference
+  verify `mkc verify` at small shapes (samples/small_shapes.json): the whole-world plan with the
+         verifier after every pass, and the CPU interpreter against the reference
 A compile mkc refuses (a limit it names) is a row with its one-line reason; one past --timeout
 is a row saying so. Then, per sample, a plot of time against R (text; the CSV draws with
-`python3 bench/plot.py FILE.csv -o DIR`, one figure per sample and mode, where matplotlib is). Runs on any machine: NVRTC needs no GPU.
+`python3 bench/plot.py FILE.csv -o DIR`, one figure per sample and mode, where matplotlib is).
+Runs on any machine: NVRTC needs no GPU.
 Exit status: 0 unless mkc crashed (a signal or an internal error, exit 70) or timed out.
 """
 
 import argparse
 import csv
 import glob
+import json
 import math
 import os
 import re
@@ -40,20 +42,10 @@ MODES = {
 
 # `mkc verify` runs the plan on the CPU interpreter, so it takes small shapes: these keep one launch
 # under the interpreter's budget at 64 ranks (MoE's receive capacity grows with R).
-SMALL = {
-    "allgather": {"M": 256, "K": 64},
-    "allgather_gemm": {"M": 256, "N": 256, "K": 128},
-    "allreduce": {"N": 4096},
-    "alltoall": {"T": 37, "H": 64, "K": 1},
-    "gemm": {"M": 256, "N": 256, "K": 128},
-    "gemm_allreduce": {"M": 256, "N": 256, "K": 64},
-    "gemm_reducescatter": {"M": 256, "N": 256, "K": 64},
-    "moe_dispatch_gemm": {"T": 16, "H": 64, "F": 32, "E": 16, "TOPK": 2},
-    "moe_ffn_combine": {"T": 16, "H": 64, "F": 32, "E": 16, "TOPK": 2},
-    "reducescatter": {"M": 256, "N": 64},
-    "ring_attention": {"B": 1, "H": 1, "S": 2048, "D": 16},
-    "ring_attention_causal": {"B": 1, "H": 1, "S": 2048, "D": 16},
-}
+def small_shapes(samples_dir):
+    """{sample: {param: value}} from samples/small_shapes.json (beside the samples)."""
+    with open(os.path.join(samples_dir, "small_shapes.json")) as f:
+        return json.load(f)["shapes"]
 
 
 def run(cmd, timeout, env):
@@ -93,7 +85,7 @@ def measure(args, sample, ranks, mode, env, out_dir):
     name = os.path.basename(sample)[:-4]
     cmd = [args.mkc] + MODES[mode] + ["--ranks", str(ranks)]
     if mode == "verify":
-        for k, v in SMALL.get(name, {}).items():
+        for k, v in args.small.get(name, {}).items():
             cmd += ["-D", f"{k}={v}"]
     else:
         cmd += ["-o", out_dir]
@@ -174,6 +166,7 @@ def main():
     if not samples:
         sys.exit(f"compile_bench: no sample matches `{args.only}` in {args.samples}/")
 
+    args.small = small_shapes(args.samples) if "verify" in modes else {}
     env = dict(os.environ)
     cache = tempfile.mkdtemp(prefix="mkc-compile-bench-cache-")
     env["MKC_CACHE_DIR"] = cache  # cold and warm are this run's own, not a stale cache's

@@ -97,6 +97,11 @@ def cases():
         alltoall = f.read()
     add("alltoall-1024-ranks", alltoall, ["--ranks", "1024"])
     add("alltoall-8-ranks-per-node-2", alltoall, ["--ranks", "8", "--ranks-per-node", "2"])
+    # Found by tools/mutate.py: attention tiles of 7 query rows, each waiting for its K,V block's
+    # 128 chunks. The schedule pass built an edge per (producer, consumer): 3.5 GB, bad_alloc.
+    with open("samples/ring_attention.mks") as f:
+        ring = f.read().replace("tile(128, 128)", "tile(7, 128)")
+    add("ring-attention-tile-7-rows", ring, ["--ranks", "1"])
     with open("samples/gemm.mks") as f:
         gemm = f.read()
     add("sms-1e9", gemm, ["--sms", "1000000000"])

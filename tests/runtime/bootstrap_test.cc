@@ -541,7 +541,7 @@ TEST_CASE("mkrun: SIGTERM and SIGHUP stop the ranks and what they started") {
   }
 }
 
-TEST_CASE("mkrun: killing mkrun (SIGKILL) kills its ranks") {
+TEST_CASE("mkrun: killing mkrun (SIGKILL) kills its ranks and what they started") {
   const char* tmp = std::getenv("TEST_TMPDIR");
   Job job = start_job(2, tmp != nullptr ? tmp : "/tmp");
   REQUIRE(job.ranks.size() == 2);
@@ -549,9 +549,33 @@ TEST_CASE("mkrun: killing mkrun (SIGKILL) kills its ranks") {
   int status = 0;
   ::waitpid(job.mkrun, &status, 0);
   CHECK(survivors(job.ranks).empty());
-  // The ranks' own children outlive a SIGKILLed launcher (nothing is left to signal them); they
-  // are cleaned up here.
-  for (pid_t c : job.children) ::kill(c, SIGKILL);
+  // The ranks' own children too (issue 34: they outlived a SIGKILLed launcher): mkrun's guard
+  // kills every process carrying the job's token.
+  CHECK(survivors(job.children).empty());
+}
+
+TEST_CASE("mkrun: what the ranks leave running is stopped when they all succeed") {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string file = std::string(tmp != nullptr ? tmp : "/tmp") + "/left_pids";
+  ::unlink(file.c_str());
+  // Each rank starts a background sleep, one in a session of its own (outside its group), and
+  // exits 0 at once.
+  const auto [rc, out] = run_command(fmt::format(
+      "{} -n 2 --grace 2 sh -c 'sleep 300 & echo $! >> {}; setsid sleep 300 & echo $! >> {}; "
+      "exit 0'",
+      kMkrun, file, file));
+  CHECK_MESSAGE(rc == 0, out);
+  CHECK_MESSAGE(out.find("every rank has exited; stopping what") != std::string::npos, out);
+  std::vector<pid_t> left;
+  std::ifstream in(file);
+  for (pid_t p = 0; in >> p;) left.push_back(p);
+  CHECK(left.size() == 4);
+  // All of them, in the ranks' groups or not, are gone when mkrun returns.
+  for (pid_t p : left) {
+    CAPTURE(p);
+    CHECK(gone(p));
+    ::kill(p, SIGKILL);  // leave nothing behind, whatever the outcome
+  }
 }
 
 }  // namespace

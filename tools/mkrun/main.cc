@@ -12,9 +12,14 @@
 //
 // No orphans are left holding GPUs: each rank leads a process group of its own, and stopping
 // signals the whole group, so what a rank started (a shell's children, a data loader) stops with
-// it; and each rank asks the kernel to kill it (SIGKILL) if mkrun itself dies, even by SIGKILL.
+// it. When every rank has exited, what they left running is stopped the same way, and at the end
+// any process still carrying the job's token (one that left its group) is killed. Each rank asks
+// the kernel to kill it (SIGKILL) if mkrun itself dies, even by SIGKILL; and a guard process, which
+// the kernel tells when mkrun dies, then kills every process that carries the job's token (what
+// the ranks started, also outside their groups).
 // Multi-node jobs use torchrun, mpirun or srun instead: mkc reads their variables too
 // (runtime/bootstrap.h).
+#include <dirent.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -28,6 +33,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,6 +88,67 @@ std::string job_token() {
 // True while group `pgid` has a process (kill with signal 0 only asks).
 bool group_alive(pid_t pgid) {
   return kill(-pgid, 0) == 0 || errno == EPERM;
+}
+
+// Kills every process of the job: each that carries MKC_JOB_TOKEN=token in its environment (the
+// ranks set it; what they start inherits it), else, without a token, the ranks' groups. A few
+// passes, for processes forked while the first ran.
+void kill_job(const std::vector<pid_t>& groups, const std::string& token) {
+  const std::string wanted = "MKC_JOB_TOKEN=" + token;
+  for (int pass = 0; pass < 3; ++pass) {
+    if (token.empty()) {
+      for (pid_t g : groups)
+        if (g > 0) kill(-g, SIGKILL);
+    } else if (DIR* proc = opendir("/proc")) {
+      while (const dirent* e = readdir(proc)) {
+        char* end = nullptr;
+        const long pid = std::strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0' || pid <= 1 || pid == getpid()) continue;
+        std::ifstream env(fmt::format("/proc/{}/environ", pid), std::ios::binary);
+        const std::string text((std::istreambuf_iterator<char>(env)),
+                               std::istreambuf_iterator<char>());
+        size_t at = 0;
+        while (at < text.size()) {
+          const size_t nul = std::min(text.find('\0', at), text.size());
+          if (text.compare(at, nul - at, wanted) == 0) {
+            kill(static_cast<pid_t>(pid), SIGKILL);
+            break;
+          }
+          at = nul + 1;
+        }
+      }
+      closedir(proc);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// The job's guard: a process outside the ranks' groups that the kernel sends SIGTERM when mkrun
+// dies, however it dies (prctl PDEATHSIG); it then kills the job (kill_job). The ranks die with
+// mkrun on their own, but what they started would not. mkrun kills the guard when the job ends in
+// order. Returns its pid, or -1 (no guard: the ranks still die with mkrun).
+pid_t start_guard(const std::vector<pid_t>& groups, const std::string& token, pid_t launcher) {
+  sigset_t term;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  sigset_t old;
+  sigprocmask(SIG_BLOCK, &term, &old);
+  const pid_t pid = fork();
+  if (pid != 0) {
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    return pid;
+  }
+  setpgid(0, 0);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // A SIGTERM from anyone else while mkrun lives changes nothing.
+  while (getppid() == launcher) {
+    const timespec poll{1, 0};
+    sigtimedwait(&term, nullptr, &poll);
+  }
+  kill_job(groups, token);
+  _exit(0);
 }
 
 int parse_positive(const std::string& flag, const char* text, long max = 1 << 16) {
@@ -190,6 +258,7 @@ int main(int argc, char** argv) {
     pids[r] = pid;
     groups[r] = pid;
   }
+  const pid_t guard = start_guard(groups, token, launcher);
 
   int alive = n, result = 0, failed_rank = -1;
   bool stopping = false;
@@ -214,12 +283,18 @@ int main(int argc, char** argv) {
     signal_groups(sig);
     stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace);
   };
-  // Until every rank has exited, and when stopping, until what they started has gone too (or has
-  // been sent SIGKILL: a zombie nobody reaps would keep its group for ever).
+  // Until every rank has exited, and then until what they started has gone too (or has been sent
+  // SIGKILL: a zombie nobody reaps would keep its group for ever).
   bool killed = false;
-  while (alive > 0 || (stopping && !killed && groups_left() > 0)) {
+  while (alive > 0 || (!killed && groups_left() > 0)) {
+    if (alive == 0 && !stopping) {
+      fmt::print(stderr, "mkrun: every rank has exited; stopping what {} rank(s) left running\n",
+                 groups_left());
+      start_stopping(SIGTERM);
+    }
     int status = 0;
     const pid_t pid = alive > 0 ? waitpid(-1, &status, WNOHANG) : 0;
+    if (pid == guard && guard > 0) continue;  // it died early: the job runs on without it
     if (pid > 0) {
       int r = 0;
       while (r < n && pids[r] != pid) ++r;
@@ -253,5 +328,11 @@ int main(int argc, char** argv) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  if (guard > 0) {
+    kill(guard, SIGKILL);
+    waitpid(guard, nullptr, 0);
+  }
+  // What left the ranks' groups (setsid) but carries the job's token.
+  if (!token.empty()) kill_job(groups, token);
   return result;
 }
