@@ -171,5 +171,32 @@ TEST_CASE("the summary: static + dynamic shared memory; a cache hit still report
   }
 }
 
+// Issue 34: ptxas rejecting a body's inline `asm` exited 2 ("environment") with a page of PTX line
+// numbers; it is the schedule's error, named at the function that holds the asm.
+TEST_CASE("ptxas refusing a device function's inline asm: exit 1, naming the function's place") {
+  const std::string dir = fresh_dir("asm");
+  ScopedEnv cache("MKC_CACHE_DIR", dir + "/cache");
+  const std::string path = dir + "/asm.mks";
+  std::ofstream(path) << R"(schedule s {
+  param N = 1000
+  input  X : f32[N]
+  output Y : f32[N]
+  device bogus(x: f32) -> f32 {
+    float y;
+    asm("not.an.instruction.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+  }
+  compute y = map(bogus, X -> Y)
+}
+)";
+  const Result r = run_cli({"compile", "--ranks", "1", "-o", dir, path});
+  CHECK_MESSAGE(r.code == 1, r.err);
+  CHECK_MESSAGE(r.err.find("ptxas rejected the kernel's PTX; the inline `asm` of device "
+                           "function `bogus` (" +
+                           path + ":5:") != std::string::npos,
+                r.err);
+  CHECK_MESSAGE(r.err.find("ptxas") != std::string::npos, r.err);
+}
+
 }  // namespace
 }  // namespace mkc::cli

@@ -19,6 +19,7 @@
 #include <optional>
 #include <ostream>
 #include <random>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -472,6 +473,52 @@ std::string spills_text(const jit::JitOutput& j) {
   return j.spill_bytes < 0 ? "spills unknown" : fmt::format("{} B spills", j.spill_bytes);
 }
 
+// What NVRTC's failure tells the user, and the exit code. An error in a device function's body
+// points into the .mks file (#line): the user's (1). ptxas rejecting the PTX of a body's inline
+// `asm` has no such place: when a body holds `asm`, those functions are named where they are and
+// the first of ptxas's lines shown (1). Anything else is mkc's or the toolkit's (2).
+int report_nvrtc_failure(const jit::NvrtcCompileError& e, const compiler::CheckedSchedule& s,
+                         const dsl::SourceFile& file, std::ostream& err) {
+  const std::string& log = e.log();
+  if (log.find(".mks(") != std::string::npos || log.find("ptxas") == std::string::npos) {
+    fmt::print(err, "mkc: error: {}\n", e.what());
+    return log.find(".mks(") != std::string::npos ? kExitUserError : kExitEnvironment;
+  }
+  static const std::regex kAsm(R"(\basm\b)");
+  std::string holders;
+  for (const compiler::DeviceFunction& f : s.device_fns) {
+    if (!std::regex_search(f.body, kAsm)) continue;
+    const dsl::LineCol lc = file.line_col(f.body_span.begin);
+    holders += fmt::format("{}`{}` ({}:{}:{})", holders.empty() ? "" : ", ", f.name, file.path(),
+                           lc.line, lc.col);
+  }
+  if (holders.empty()) {
+    fmt::print(err, "mkc: error: {}\n", e.what());
+    return kExitEnvironment;
+  }
+  // ptxas repeats an error per inlined copy of the function: the first lines say it.
+  std::string first;
+  int shown = 0, lines = 0;
+  for (size_t pos = 0; pos < log.size();) {
+    size_t end = log.find('\n', pos);
+    if (end == std::string::npos) end = log.size();
+    if (end > pos) {
+      ++lines;
+      if (shown < 4) {
+        first += fmt::format("  {}\n", std::string_view(log).substr(pos, end - pos));
+        ++shown;
+      }
+    }
+    pos = end + 1;
+  }
+  fmt::print(err,
+             "mkc: error: ptxas rejected the kernel's PTX; the inline `asm` of device function "
+             "{} is where the schedule writes PTX:\n{}{}",
+             holders, first,
+             lines > shown ? fmt::format("  ({} more lines like these)\n", lines - shown) : "");
+  return kExitUserError;
+}
+
 // Under MKC_DUMP_PASSES: every phase of the process's compile, then its wall time and peak memory
 // (what `/usr/bin/time` would say, without it).
 void print_phases(const Phases& phases, double wall_seconds, std::ostream& err) {
@@ -578,9 +625,7 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
       j = jit::jit_compile(g.source, name + ".cu", g.kernel_name, jo);
       phases.add(j.cache_hit ? "jit (cache hit)" : "jit (nvrtc)", clock.lap());
     } catch (const jit::NvrtcCompileError& e) {
-      // Errors in the user's device functions point into the .mks file through #line.
-      fmt::print(err, "mkc: error: {}\n", e.what());
-      return e.log().find(".mks(") != std::string::npos ? kExitUserError : kExitEnvironment;
+      return report_nvrtc_failure(e, s, *c->file, err);
     }
     if (verbose) {
       fmt::print(err, "{}{}", j.log, j.log.empty() || j.log.back() == '\n' ? "" : "\n");
