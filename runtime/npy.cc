@@ -5,9 +5,11 @@
 
 #include <cctype>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -38,6 +40,41 @@ void append(std::string& out, T v) {
   char b[sizeof(T)];
   std::memcpy(b, &v, sizeof(T));
   out.append(b, sizeof(T));
+}
+
+// IEEE half precision by hand (clang has no _Float16 on x86 before 15, and the fuzzers build with
+// clang 14): exact for every half, round to nearest even from a double.
+double half_to_double(uint16_t h) {
+  const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  double v;
+  if (exp == 0) {
+    v = std::ldexp(mant, -24);
+  } else if (exp == 31) {
+    v = mant != 0 ? std::numeric_limits<double>::quiet_NaN()
+                  : std::numeric_limits<double>::infinity();
+  } else {
+    v = std::ldexp(mant + 1024, exp - 25);
+  }
+  return (h & 0x8000) != 0 ? -v : v;
+}
+
+uint16_t double_to_half(double d) {
+  const uint16_t sign = std::signbit(d) ? 0x8000 : 0;
+  if (std::isnan(d)) return 0x7e00;
+  const double a = std::fabs(d);
+  if (a >= 65520.0) return sign | 0x7c00;  // past the largest half (65504) and its halfway point
+  if (a < std::ldexp(1.0, -14)) {  // subnormal, in units of 2^-24 (1024 is the first normal)
+    return sign | static_cast<uint16_t>(std::nearbyint(std::ldexp(a, 24)));
+  }
+  int e = 0;
+  double scaled = std::nearbyint(std::frexp(a, &e) * 2048.0);  // 1024 .. 2048
+  int biased = e + 14;
+  if (scaled == 2048.0) {
+    scaled = 1024.0;
+    ++biased;
+  }
+  if (biased >= 31) return sign | 0x7c00;
+  return sign | static_cast<uint16_t>(biased << 10) | static_cast<uint16_t>(scaled - 1024.0);
 }
 
 template <typename T>
@@ -197,7 +234,7 @@ void write_npy(const std::string& path, compiler::DType dtype, const std::vector
   out += header;
   for (double v : values) {
     if (descr == "<f2") {
-      append<_Float16>(out, static_cast<_Float16>(v));
+      append<uint16_t>(out, double_to_half(v));
     } else if (descr == "<f4") {
       append<float>(out, static_cast<float>(v));
     } else if (descr == "<f8") {
@@ -283,7 +320,9 @@ NpyArray read_npy(const std::string& path, const std::vector<int64_t>* expected_
   for (int64_t i = 0; i < count; ++i, p += size) {
     double v = 0;
     if (kind == 'f' && size == 2) {
-      v = load<_Float16>(p);
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      v = half_to_double(h);
     } else if (kind == 'f' && size == 4) {
       v = load<float>(p);
     } else if (kind == 'f' && size == 8) {

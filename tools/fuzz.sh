@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the .mks parser/checker fuzz target with clang 14 + libFuzzer (ASan and UBSan on) and runs
-# it for SECONDS (default 60), seeded with the samples, the golden files and tests/fuzz/corpus (the
-# extreme inputs: long chains, deep nests, huge loop ranges). Exit 0: no crash, leak, hang (5 s
-# per input) or sanitizer report. A failing input is left in out/fuzz/.
+# Builds mkc's fuzz targets with clang 14 + libFuzzer (ASan and UBSan on) and runs them for SECONDS
+# in all (default 60): the .mks parser and checker (two thirds of the time; seeded with the
+# samples, the golden files and tests/fuzz/corpus: long chains, deep nests, huge loop ranges), the
+# .npy reader and the device-body scanner (a sixth each). Exit 0: no crash, leak, hang (5 s per
+# input), memory past 2 GB or sanitizer report. A failing input is left in out/fuzz/.
 # Usage: tools/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -11,20 +12,46 @@ cxx=$(command -v clang++-14 || command -v clang++ || true)
 [[ -n "$cxx" ]] || { echo "fuzz: clang++-14 not found (tools/setup.sh installs it)" >&2; exit 2; }
 out=out/fuzz
 mkdir -p "$out/corpus"
-srcs=(tests/fuzz/parse_fuzzer.cc dsl/*.cc compiler/sema/check*.cc compiler/sema/device_code.cc compiler/sema/expr_eval.cc compiler/sema/program.cc support/error.cc)
-echo "fuzz: building with $cxx ($(nproc) at once)"
+# The library sources every target links, then each target's own file.
+srcs=(dsl/*.cc compiler/sema/check*.cc compiler/sema/device_code.cc compiler/sema/expr_eval.cc
+  compiler/sema/program.cc runtime/npy.cc support/error.cc)
+targets=(parse_fuzzer npy_fuzzer cpp_body_fuzzer)
+echo "fuzz: building ${targets[*]} with $cxx ($(nproc) at once)"
 # One object per source, compiled side by side (one clang for all of them took 160 s of CI's
-# 2 cores on one), then linked with the fuzzer's runtime.
+# 2 cores on one), then each target linked with the fuzzer's runtime.
 flags=(-std=c++20 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined
   -DFMT_HEADER_ONLY=1 -I.)
-rm -rf "$out/obj" && mkdir -p "$out/obj"
-printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc)" -I{} \
-  sh -c 'exec "$0" "$@" -fsanitize=fuzzer-no-link -c "{}" -o "'"$out"'/obj/$(echo "{}" | tr / _).o"' \
-  "$cxx" "${flags[@]}"
-"$cxx" "${flags[@]}" -fsanitize=fuzzer "$out"/obj/*.o -o "$out/parse_fuzzer"
-cp samples/*.mks tests/dsl/golden/*.mks tests/fuzz/corpus/*.mks "$out/corpus/"
-echo "fuzz: running for ${seconds}s"
+rm -rf "$out/obj" && mkdir -p "$out/obj/lib" "$out/obj/main"
+compile_one() {  # source, lib or main
+  "$cxx" $FUZZ_FLAGS -fsanitize=fuzzer-no-link -c "$1" -o "$out/obj/$2/$(echo "$1" | tr / _).o"
+}
+export -f compile_one
+export cxx out FUZZ_FLAGS="${flags[*]}"
+{
+  for src in "${srcs[@]}"; do echo "$src lib"; done
+  for t in "${targets[@]}"; do echo "tests/fuzz/$t.cc main"; done
+} | xargs -P "$(nproc)" -L 1 bash -c 'compile_one "$@"' _
+for t in "${targets[@]}"; do
+  [[ -f "$out/obj/main/tests_fuzz_$t.cc.o" ]] || { echo "fuzz: $t did not compile" >&2; exit 2; }
+  "$cxx" "${flags[@]}" -fsanitize=fuzzer "$out/obj/main/tests_fuzz_$t.cc.o" "$out"/obj/lib/*.o \
+    -o "$out/$t"
+done
+mkdir -p "$out/corpus/parse" "$out/corpus/npy" "$out/corpus/cpp_body"
+cp samples/*.mks tests/dsl/golden/*.mks tests/fuzz/corpus/*.mks "$out/corpus/parse/"
+# Seeds: a .npy file as mkc writes it (a header and six floats), and the samples' device bodies.
+printf '\x93NUMPY\x01\x00\x76\x00{'"'"'descr'"'"': '"'"'<f4'"'"', '"'"'fortran_order'"'"': False, '"'"'shape'"'"': (2, 3), }%*s\n' 58 '' > "$out/corpus/npy/f4.npy"
+head -c 24 /dev/zero >> "$out/corpus/npy/f4.npy"
+grep -h -A3 'device ' samples/*.mks tests/dsl/golden/*.mks | sed -n 's/.*{//p' > "$out/corpus/cpp_body/bodies.txt" || true
+# The parser gets two thirds of the time, the others a sixth each.
+parse_s=$((seconds * 2 / 3)); rest_s=$(((seconds - parse_s) / 2)); ((rest_s > 0)) || rest_s=1
 cd "$out"
-ASAN_OPTIONS=detect_leaks=1 ./parse_fuzzer -max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 \
-  -max_len=65536 -dict=../../tests/fuzz/mks.dict -print_final_stats=1 corpus 2>&1 | tail -15
+run() {  # target, seconds, corpus, extra flags
+  echo "fuzz: running $1 for $2 s"
+  ASAN_OPTIONS=detect_leaks=1 "./$1" -max_total_time="$2" -timeout=5 -rss_limit_mb=2048 \
+    -print_final_stats=1 "${@:4}" "corpus/$3" 2>&1 | tail -15
+  return "${PIPESTATUS[0]}"
+}
+run parse_fuzzer "$parse_s" parse -max_len=65536 -dict=../../tests/fuzz/mks.dict
+run npy_fuzzer "$rest_s" npy -max_len=4096
+run cpp_body_fuzzer "$rest_s" cpp_body -max_len=4096
 echo "fuzz: ok, no crash in ${seconds}s"
