@@ -9,6 +9,7 @@
 #include <fmt/ostream.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -19,7 +20,6 @@
 #include <optional>
 #include <ostream>
 #include <random>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -484,10 +484,23 @@ int report_nvrtc_failure(const jit::NvrtcCompileError& e, const compiler::Checke
     fmt::print(err, "mkc: error: {}\n", e.what());
     return log.find(".mks(") != std::string::npos ? kExitUserError : kExitEnvironment;
   }
-  static const std::regex kAsm(R"(\basm\b)");
+  // `asm`, `__asm` or `__asm__` as a whole identifier.
+  const auto holds_asm = [](const std::string& body) {
+    const auto ident = [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    };
+    for (size_t p = body.find("asm"); p != std::string::npos; p = body.find("asm", p + 1)) {
+      size_t a = p, b = p + 3;
+      while (a > 0 && ident(body[a - 1])) --a;
+      while (b < body.size() && ident(body[b])) ++b;
+      const std::string_view word(body.data() + a, b - a);
+      if (word == "asm" || word == "__asm" || word == "__asm__") return true;
+    }
+    return false;
+  };
   std::string holders;
   for (const compiler::DeviceFunction& f : s.device_fns) {
-    if (!std::regex_search(f.body, kAsm)) continue;
+    if (!holds_asm(f.body)) continue;
     const dsl::LineCol lc = file.line_col(f.body_span.begin);
     holders += fmt::format("{}`{}` ({}:{}:{})", holders.empty() ? "" : ", ", f.name, file.path(),
                            lc.line, lc.col);
