@@ -7,7 +7,10 @@ the CTA time they took together and the longest one. Shows where a launch spends
 phase that starts late waits for another; one whose CTA time is small next to its span waits
 inside its tasks.
 
-  python3 tools/trace_summary.py trace.json [--ops]
+With --gaps, also per rank and kind: the mean task time and the mean gap between one CTA's task
+and its next (the persistent loop's own time: waits, dispatch, set-up outside the traced span).
+
+  python3 tools/trace_summary.py trace.json [--ops] [--gaps]
 """
 import argparse
 import collections
@@ -19,6 +22,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
     ap.add_argument("--ops", action="store_true", help="group by operation, not task kind")
+    ap.add_argument("--gaps", action="store_true",
+                    help="also the mean task time and the mean gap before a CTA's next task")
     args = ap.parse_args()
     with open(args.trace) as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
@@ -38,7 +43,33 @@ def main():
         longest = max(e["dur"] for e in es)
         print(f"{rank:>4} {key:<20} {len(es):>6} {start:>10.1f} {end:>10.1f} {busy:>11.1f}"
               f" {longest:>11.1f}")
+    if args.gaps:
+        print_gaps(events, args.ops)
     return 0
+
+
+def print_gaps(events, ops):
+    """Mean task time, and mean gap from a task's end to the start of its CTA's next task, per
+    (rank, group) of the later task."""
+    by_cta = collections.defaultdict(list)
+    for e in events:
+        by_cta[(e["pid"], e["tid"])].append(e)
+    times = collections.defaultdict(list)
+    gaps = collections.defaultdict(list)
+    for (rank, _), es in by_cta.items():
+        es.sort(key=lambda e: e["ts"])
+        for i, e in enumerate(es):
+            key = (rank, e["name"].split(".")[0] if ops else e["cat"])
+            times[key].append(e["dur"])
+            if i > 0:
+                gaps[key].append(e["ts"] - (es[i - 1]["ts"] + es[i - 1]["dur"]))
+    print(f"{'rank':>4} {'kind' if not ops else 'operation':<20} {'tasks':>6} {'mean us':>9}"
+          f" {'mean gap us':>12} {'max gap us':>11}")
+    for key in sorted(times):
+        t, g = times[key], gaps[key]
+        mean_gap = sum(g) / len(g) if g else 0.0
+        print(f"{key[0]:>4} {key[1]:<20} {len(t):>6} {sum(t) / len(t):>9.2f} {mean_gap:>12.2f}"
+              f" {max(g) if g else 0.0:>11.2f}")
 
 
 if __name__ == "__main__":
