@@ -8,7 +8,8 @@ namespace mkc::compiler {
 
 std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile> file,
                                           const CheckOptions& options,
-                                          const std::string& defines_text, bool generate) {
+                                          const std::string& defines_text, bool generate,
+                                          const TunedFor& tuned) {
   auto c = std::make_unique<Compilation>();
   c->file = file;
   Stopwatch clock;
@@ -24,6 +25,7 @@ std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile>
     po.sms = options.sms;
     po.file = file.get();
     po.phases = &c->phases;
+    if (tuned) po.lower.tuned = tuned(s);
     c->plans.push_back(plan::build_plan(s, po));
   }
   clock.lap();

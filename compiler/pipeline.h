@@ -4,11 +4,14 @@
 // (and in place: it is returned behind a unique_ptr) while plans or kernels are in use.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "compiler/codegen/codegen.h"
+#include "compiler/passes/lower.h"
 #include "compiler/plan/plan.h"
 #include "compiler/sema/check.h"
 #include "dsl/ast.h"
@@ -32,9 +35,13 @@ struct Compilation {
 // (for options.sms CTAs) and, with `generate`, generates every schedule's kernel (`kernels` stays
 // empty without). `defines_text` goes into the generated banner. Errors in the schedule are in
 // the result's diagnostics.
+// `tuned`, when set, gives each checked schedule the knobs `mkc tune` measured for it (by
+// operation name; the CLI looks them up in the tuning database, tune/db.h).
+using TunedFor =
+    std::function<std::map<std::string, plan::LowerOptions::Tuned>(const CheckedSchedule&)>;
 std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile> file,
                                           const CheckOptions& options,
                                           const std::string& defines_text = "",
-                                          bool generate = true);
+                                          bool generate = true, const TunedFor& tuned = nullptr);
 
 }  // namespace mkc::compiler

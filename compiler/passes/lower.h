@@ -34,6 +34,13 @@ struct LowerOptions {
   // The most views and boxes all tasks of the plan may hold together (its memory).
   int64_t max_plan_entries = int64_t{1} << 22;
   const dsl::SourceFile* file = nullptr;
+  // Knobs `mkc tune` measured fastest (tune/db.h), by operation name: a GEMM without tile(...)
+  // runs with this tile and split-K instead of the rule's.
+  struct Tuned {
+    std::vector<int64_t> tile;
+    int64_t split_k = 1;
+  };
+  std::map<std::string, Tuned> tuned;
 };
 
 Plan lower(const compiler::CheckedSchedule& schedule, const LowerOptions& options = {});

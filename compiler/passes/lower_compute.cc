@@ -7,6 +7,7 @@
 
 #include "compiler/passes/lowerer.h"
 #include "compiler/passes/schedule.h"
+#include "tune/gemm_model.h"
 
 namespace mkc::plan {
 
@@ -42,7 +43,14 @@ void Lowerer::lower_gemm(int i) {
                           !op.has_rows_from && K >= 2048 && opts_.split_k;
   int64_t bm = 128, bn = 128, bk = 64;
   std::string why;
-  if (op.tile.empty()) {
+  const auto tuned = op.tile.empty() ? opts_.tuned.find(op.name) : opts_.tuned.end();
+  if (tuned != opts_.tuned.end()) {
+    const std::vector<int64_t>& t = tuned->second.tile;
+    bm = t.at(0);
+    bn = t.size() > 1 ? t[1] : bn;
+    bk = t.size() > 2 ? t[2] : bk;
+    why = "measured fastest by `mkc tune` (the tuning database)";
+  } else if (op.tile.empty()) {
     // The default: the wide tile (half the operand traffic per flop of 128 x 128) when there
     // are enough of them to occupy every SM; else the narrow one, for twice the parallelism.
     // Few rows: 64-row tiles, twice as many CTAs busy (decode-like shapes, skinny GEMMs), or,
@@ -72,7 +80,13 @@ void Lowerer::lower_gemm(int i) {
   const int64_t mb = cdiv(M, bm), nb = cdiv(N, bn);
   // Split-K parts: as many as the idle compute CTAs allow, each at least 1024 deep, at most 8.
   int64_t parts = 1, part_k = K;
-  if (splittable && 2 * mb * nb <= ctas) {
+  if (tuned != opts_.tuned.end()) {
+    if (splittable && tuned->second.split_k > 1) {
+      parts = tune::split_parts(K, tuned->second.split_k);
+      part_k = cdiv(cdiv(K, parts), 64) * 64;
+      if (parts > 1) why += fmt::format("; split-K: {} parts of {} (of K {})", parts, part_k, K);
+    }
+  } else if (splittable && 2 * mb * nb <= ctas) {
     const int64_t step = std::max<int64_t>(64, bk);
     parts = std::clamp<int64_t>(std::min(ctas / (mb * nb), K / 1024), 1, 8);
     part_k = cdiv(cdiv(K, parts), step) * step;
@@ -81,8 +95,19 @@ void Lowerer::lower_gemm(int i) {
       why += fmt::format("; split-K: {} parts of {} (of K {}) for {} tiles on {} compute CTAs",
                          parts, part_k, K, mb * nb, ctas);
   }
-  plan_.decisions.push_back(Decision{name_of(op), fmt::format("tile({}, {}, {})", bm, bn, bk),
-                                     (op.tile.empty() ? "default: " : "") + why});
+  // What the cost model predicts for the pick and for its best alternative (tune/gemm_model.h).
+  if (bk == 64 && (bm == 64 || bm == 128) && (bn == 128 || bn == 256)) {
+    const tune::GemmProblem problem{M, N, K, ctas, splittable};
+    for (const tune::GemmCandidate& c : tune::gemm_candidates(problem)) {
+      if (c.bm == bm && c.bn == bn && c.split_k == parts) continue;
+      why += fmt::format("; model: {:.0f} us, runner-up {} {:.0f} us",
+                         tune::predict_gemm_us(problem, bm, bn, parts), c.text(), c.predicted_us);
+      break;
+    }
+  }
+  plan_.decisions.push_back(
+      Decision{name_of(op), fmt::format("tile({}, {}, {})", bm, bn, bk),
+               (op.tile.empty() && tuned == opts_.tuned.end() ? "default: " : "") + why});
   const int partials =
       parts > 1 ? add_buffer(name_of(op) + ".partials", compiler::DType::kF32, {parts, M, N}, false)
                 : -1;

@@ -42,6 +42,8 @@
 #include "support/error.h"
 #include "support/phases.h"
 #include "support/version.h"
+#include "tools/mkc/tuning.h"
+#include "tune/db.h"
 
 namespace mkc::cli {
 namespace {
@@ -89,9 +91,34 @@ options (and -D, --ranks-per-node, --sms, --color as for `mkc check`):
   --verbose            print NVRTC's and ptxas's whole log (registers, wgmma serialisation)
   -h, --help           show this help
 
+  --tune-db FILE       the tuning database (default: $MKC_TUNE_DB, else tune.json in the JIT
+                       cache's directory); its entry for this schedule, parameters, world, arch
+                       and SMs, if any, sets the tiles of GEMMs without tile(...) (`mkc tune`
+                       writes it; MKC_TUNE=off ignores it)
+  -h, --help           show this help
+
 JIT cache: $MKC_CACHE_DIR, else $XDG_CACHE_HOME/mkc, else ~/.cache/mkc, else
 ${TMPDIR:-/tmp}/mkc-cache-<uid>; one that cannot be used or written is a warning, not an error.
 $MKC_NVRTC_OPTIONS adds NVRTC options.
+)";
+
+constexpr const char* kTuneUsage = R"(usage: mkc tune [options] FILE
+
+Measures, on this machine's GPU, the schedule's GEMMs without tile(...) at the tiles and split-K
+the cost model ranks best (tune/gemm_model.h), one operation at a time, and stores the fastest
+in the tuning database, which `mkc compile`, `mkc run` and the API then use for the same
+schedule, parameters, world size, ranks per node, arch, SMs and NVRTC. A line per measurement.
+
+options (and -D, --ranks, --ranks-per-node, --sms, --share-gpus as for `mkc run`):
+  --tune-db FILE       the database to write (default as for `mkc compile`)
+  --candidates N       per GEMM, measure the model's best N candidates (default 6, 1 to 32)
+  --iters N            launches timed per measurement (default 20, at most 10000)
+  --budget-s S         stop starting new measurements after S seconds (default 600)
+  --dry-run            print the candidates and the model's times; measure nothing, no GPU
+  -h, --help           show this help
+
+In one process only (not under a launcher): ranks beyond the GPUs need --share-gpus, and their
+times are then not the job's.
 )";
 
 constexpr const char* kRunUsage = R"(usage: mkc run [options] FILE
@@ -118,6 +145,7 @@ options (and -D, --sms as for `mkc check`):
   --save DIR           write every rank's tensors after the first launch as DIR/<tensor>.rank<r>.npy
                        (bf16 as f32)
   --load DIR           take the inputs from DIR/<tensor>.rank<r>.npy instead of random data
+  --tune-db FILE       the tuning database, as for `mkc compile` (`mkc tune` writes it)
   --seed N             the random inputs' seed (default 1)
   --routing KIND       how random MoE routing tables pick each token's (distinct) experts:
                        uniform (default), skewed (a few hot experts) or empty (a quarter of the
@@ -202,6 +230,7 @@ class Flags {
   std::string defines_text;  // "-D" values as given, for banners
   std::string color = "auto";
   std::vector<std::string> files;
+  std::string tune_db;  // --tune-db (compile, run, tune)
 
   // Moves to the next argument that is not a shared flag or a file; false at the end.
   bool next() {
@@ -219,6 +248,9 @@ class Flags {
         check.ranks_per_node = parse_count("--ranks-per-node", value("--ranks-per-node"));
       } else if (is("--sms")) {
         check.sms = parse_count("--sms", value("--sms"), kMaxSms);
+      } else if (is("--tune-db")) {
+        tune_db = value("--tune-db");
+        if (tune_db.empty()) throw UserError("--tune-db needs a file name");
       } else if (is("--color")) {
         color = value("--color");
         if (color != "auto" && color != "always" && color != "never") {
@@ -421,11 +453,32 @@ class Artefacts {
 // Without `generate`, it stops at the plans (no kernel source).
 std::unique_ptr<compiler::Compilation> front_end(std::shared_ptr<const dsl::SourceFile> file,
                                                  const Flags& f, std::ostream& err,
-                                                 const Terminal& term, bool generate = true) {
-  auto c = compiler::compile_file(std::move(file), f.check, f.defines_text, generate);
+                                                 const Terminal& term, bool generate = true,
+                                                 const compiler::TunedFor& tuned = nullptr) {
+  auto c = compiler::compile_file(std::move(file), f.check, f.defines_text, generate, tuned);
   err << dsl::render_text(c->diagnostics.all(), f.use_color(term));
   if (!c->ok()) return nullptr;
   return c;
+}
+
+// The tuning database's path for these flags: --tune-db, $MKC_TUNE_DB, or tune.json beside the
+// JIT cache ("" when that directory cannot be used: no tuning then).
+std::string tune_db_path(const Flags& f) {
+  try {
+    return tune::db_path(f.tune_db, f.tune_db.empty() && std::getenv("MKC_TUNE_DB") == nullptr
+                                        ? jit::cache_dir(jit::JitOptions{})
+                                        : "");
+  } catch (const EnvironmentError&) {
+    return "";
+  }
+}
+
+// compile_file's hook applying the database's entry for each schedule (MKC_TUNE=off: none).
+compiler::TunedFor tuned_hook(const Flags& f, std::shared_ptr<const dsl::SourceFile> file,
+                              const std::string& arch, std::ostream& err) {
+  const std::string path = tune_db_path(f);
+  if (path.empty()) return nullptr;
+  return tuned_from_db(path, std::move(file), f.check, arch, err);
 }
 
 std::string roles_text(const plan::Plan& p) {
@@ -591,7 +644,8 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
   Stopwatch process;
   // Only the plan asked for: no kernel is generated (a plan across nodes has none yet).
   const bool plan_only = emit.size() == 1 && emit.count("plan") == 1;
-  const auto c = front_end(dsl::SourceFile::read(file), f, err, term, !plan_only);
+  const auto source = dsl::SourceFile::read(file);
+  const auto c = front_end(source, f, err, term, !plan_only, tuned_hook(f, source, arch, err));
   if (c == nullptr) return kExitUserError;
   Phases& phases = c->phases;
   // Everything before NVRTC: parse, check, the passes, code generation.
@@ -783,7 +837,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                                               [](const char* n) { return std::getenv(n); });
   // Ranks of one process that share a GPU run side by side: each kernel gets its part of the SMs.
   f.check.sms = std::min<int64_t>(f.check.sms, dev.sm_count / per_gpu);
-  const auto c = front_end(file, f, err, term);
+  const auto c = front_end(file, f, err, term, true, tuned_hook(f, file, dev.arch(), err));
   if (c == nullptr) return kExitUserError;
   if (world.size > 1) group = std::make_unique<rt::Rendezvous>(world, std::chrono::seconds(120));
   // Under a launcher rank 0 prints the job's lines; every rank prints its own checks and errors.
@@ -867,6 +921,130 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   return rc;
 }
 
+// `mkc tune`: the model's candidates for each GEMM without tile(...), measured on this process's
+// GPU(s) one operation at a time; the fastest goes into the tuning database.
+int cmd_tune(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+             Terminal term) {
+  Flags f(args);
+  SearchOptions so;
+  int64_t iters = 20;
+  bool share_gpus = false, dry_run = false;
+  while (f.next()) {
+    if (f.is("--candidates")) {
+      so.candidates = static_cast<int>(parse_count("--candidates", f.value("--candidates"), 32));
+    } else if (f.is("--iters")) {
+      iters = parse_count("--iters", f.value("--iters"), 10'000);
+    } else if (f.is("--budget-s")) {
+      so.budget_s = static_cast<double>(parse_count("--budget-s", f.value("--budget-s"), 86'400));
+    } else if (f.arg() == "--share-gpus") {
+      share_gpus = true;
+    } else if (f.arg() == "--dry-run") {
+      dry_run = true;
+    } else {
+      f.unknown("tune");
+    }
+  }
+  if (f.files.size() != 1) throw UserError("`mkc tune` takes one .mks file");
+  const rt::World world = rt::detect_world();
+  if (world.size > 1)
+    throw UserError(
+        "`mkc tune` runs in one process (its ranks on this machine's GPUs, --share-gpus for more "
+        "ranks than GPUs), not under a launcher");
+  if (!f.check.ranks.empty() && f.check.ranks[0] > compiler::kMaxRanks)
+    throw UserError(fmt::format("--ranks {}: the world size must be between 1 and {}",
+                                f.check.ranks[0], compiler::kMaxRanks));
+  const int requested = f.check.ranks.empty() ? 0 : static_cast<int>(f.check.ranks[0]);
+  const auto file = dsl::SourceFile::read(f.files[0]);
+  if (!precheck(file, f, requested, err, term)) return kExitUserError;
+  if (dry_run) {
+    // The model alone: the candidates each GEMM would be measured at, for the given world.
+    f.check.ranks = {requested > 0 ? requested : 1};
+    const auto c = front_end(file, f, err, term, false);
+    if (c == nullptr) return kExitUserError;
+    for (size_t k = 0; k < c->checked.size(); ++k) {
+      int64_t ctas = f.check.sms;
+      for (const plan::Role& r : c->plans[k].roles)
+        if (r.name == "compute") ctas = r.count;
+      const std::vector<TunableGemm> gemms = tunable_gemms(c->checked[k], ctas);
+      fmt::print(out, "{}: schedule {}: {} GEMM(s) without tile(...), {} compute CTAs\n",
+                 f.files[0], c->checked[k].name, gemms.size(), ctas);
+      for (const TunableGemm& g : gemms) {
+        const auto cands = tune::gemm_candidates(g.problem);
+        fmt::print(out, "  {} ({} x {} x {}{}):\n", g.op, g.problem.M, g.problem.N, g.problem.K,
+                   g.problem.splittable ? ", split-K allowed" : "");
+        for (size_t i = 0; i < cands.size(); ++i)
+          fmt::print(out, "    {}{:<32} model {:>10.1f} us\n",
+                     i < static_cast<size_t>(so.candidates) ? "* " : "  ", cands[i].text(),
+                     cands[i].predicted_us);
+      }
+    }
+    return kExitOk;
+  }
+  const int gpus = rt::device_count();
+  if (gpus == 0)
+    throw EnvironmentError(
+        "no GPU: the CUDA driver sees no device (`mkc tune --dry-run` shows the candidates without "
+        "one)");
+  const rt::DeviceInfo dev = rt::device_info(0);
+  const rt::Placement place = rt::place_ranks(world, requested, gpus, share_gpus);
+  f.check.ranks = {place.ranks};
+  f.check.ranks_per_node = rt::ranks_per_node(world, f.check.ranks_per_node,
+                                              [](const char* n) { return std::getenv(n); });
+  f.check.sms = std::min<int64_t>(f.check.sms, dev.sm_count / place.per_gpu);
+  const std::string db = tune_db_path(f);
+  if (db.empty())
+    throw EnvironmentError(
+        "no tuning database path: the JIT cache's directory cannot be used; pass --tune-db FILE");
+  // Each measurement compiles the whole file with the trial's knobs for schedule `k`.
+  const auto c = front_end(file, f, err, term);
+  if (c == nullptr) return kExitUserError;
+  for (size_t k = 0; k < c->checked.size(); ++k) {
+    const compiler::CheckedSchedule& s = c->checked[k];
+    int64_t ctas = f.check.sms;
+    for (const plan::Role& r : c->plans[k].roles)
+      if (r.name == "compute") ctas = r.count;
+    const std::vector<TunableGemm> gemms = tunable_gemms(s, ctas);
+    if (gemms.empty()) {
+      fmt::print(out, "{}: schedule {}: no GEMM without tile(...): nothing to tune\n", f.files[0],
+                 s.name);
+      continue;
+    }
+    fmt::print(out, "{}: schedule {} on {} rank(s), {}: tuning {} GEMM(s)\n", f.files[0], s.name,
+               place.ranks, dev.name, gemms.size());
+    out.flush();
+    const Measure measure = [&](const Knobs& knobs) {
+      const auto trial = front_end(
+          file, f, err, term, true,
+          [&](const compiler::CheckedSchedule& cs) { return cs.name == s.name ? knobs : Knobs{}; });
+      if (trial == nullptr) throw InternalError("a schedule that compiled stopped compiling");
+      const plan::Plan& p = trial->plans[k];
+      const codegen::Generated& g = trial->kernels[k];
+      jit::JitOptions jo;
+      jo.arch = dev.arch();
+      const jit::JitOutput j = jit::jit_compile(g.source, p.schedule + ".cu", g.kernel_name, jo);
+      rt::LocalJobOptions lo;
+      lo.file = trial->file;
+      lo.share_gpus = share_gpus;
+      rt::LocalJob job(p, j.cubin, g, lo);
+      rt::upload_inputs(job, p, plan::random_inputs(p, 1, plan::Routing::kUniform));
+      job.launch();  // warm-up
+      return job.time_launches(static_cast<int>(iters));
+    };
+    const tune::Entry e = search(gemms, measure, so, out);
+    tune::Entry stored = e;
+    stored.tuned_at = tune::utc_now();
+    tune::store(db, tune_key(*file, s, f.check, dev.arch()), stored);
+    std::string picks;
+    for (const auto& [op, kn] : e.ops)
+      picks += fmt::format("{}{} tile({}) split-K {}", picks.empty() ? "" : ", ", op,
+                           fmt::join(kn.tile, ", "), kn.split_k);
+    fmt::print(out, "tuned: {:.2f} us per launch ({}); written to {}\n", e.us,
+               picks.empty() ? "the compiler's own choice is the fastest" : picks, db);
+    out.flush();
+  }
+  return kExitOk;
+}
+
 // `mkc verify`: the plan verifier and the CPU interpreter on the user's schedule, at the shapes
 // given, over several interleavings (compiler/verify_schedule.h).
 int cmd_verify(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
@@ -937,6 +1115,10 @@ const Command kCommands[] = {
      "compile and run a schedule on this machine's GPUs, one rank per GPU\n"
      "                       (all from one process, or one rank per process under mkrun/torchrun)",
      kRunUsage, cmd_run},
+    {"tune",
+     "measure the GEMMs' tile and split-K candidates on the GPU and store the\n"
+     "                       fastest in the tuning database",
+     kTuneUsage, cmd_tune},
     {"devices", "list the GPUs the CUDA driver sees (needs a driver)", kDevicesUsage, cmd_devices},
     {"verify",
      "without a GPU: verify the plan after every pass (races, deadlocks, boxes) and\n"

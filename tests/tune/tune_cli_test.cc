@@ -1,0 +1,184 @@
+// Tuning through the command line: `mkc compile` applies the database's entry for its exact key
+// (and says so), ignores it under MKC_TUNE=off, warns past a corrupt file; `mkc tune --dry-run`
+// lists the model's candidates without a GPU and `mkc tune` needs one; the search keeps the
+// fastest measurement and stops at its budget.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "compiler/pipeline.h"
+#include "dsl/source.h"
+#include "tests/support/run.h"
+#include "tools/mkc/tuning.h"
+#include "tune/db.h"
+
+namespace {
+
+using mkc::testing::run_command;
+
+std::string temp_dir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = fmt::format("{}/tune_cli.{}", tmp != nullptr ? tmp : "/tmp", ::getpid());
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// samples/gemm.mks at M = 16 for 2 ranks (mkc compile's default world), checked as mkc compiles it.
+std::unique_ptr<mkc::compiler::Compilation> gemm16(mkc::compiler::CheckOptions* options) {
+  options->ranks = {2};
+  mkc::compiler::add_define("M=16", options);
+  return mkc::compiler::compile_file(mkc::dsl::SourceFile::read("samples/gemm.mks"), *options, "",
+                                     false);
+}
+
+nlohmann::json decision(const std::string& plan_path) {
+  std::ifstream in(plan_path);
+  const nlohmann::json p = nlohmann::json::parse(in);
+  REQUIRE(p.at("decisions").size() == 1);
+  return p.at("decisions")[0];
+}
+
+TEST_CASE("mkc compile --tune-db: the entry for the exact key sets the GEMM's tile and split") {
+  const std::string dir = temp_dir(), db = dir + "/tune.json";
+  mkc::compiler::CheckOptions options;
+  const auto c = gemm16(&options);
+  REQUIRE(c->ok());
+  mkc::tune::Entry e;
+  e.ops["mm"] = mkc::tune::OpKnobs{{64, 128, 64}, 2, 30.0};
+  e.us = 30.0;
+  e.tuned_at = "2026-12-05T04:00:00Z";
+  mkc::tune::store(db, mkc::cli::tune_key(*c->file, c->checked[0], options, "sm_90a"), e);
+
+  const std::string compile =
+      fmt::format("./mkc compile samples/gemm.mks -D M=16 --emit plan -o {} --tune-db {}", dir, db);
+  auto [rc, out] = run_command(compile);
+  REQUIRE_MESSAGE(rc == 0, out);
+  CHECK_MESSAGE(out.find("note: tuned knobs from") != std::string::npos, out);
+  nlohmann::json d = decision(dir + "/gemm.plan.json");
+  CHECK(d.at("algorithm") == "tile(64, 128, 64)");
+  const std::string reason = d.at("reason");
+  CHECK_MESSAGE(reason.find("measured fastest by `mkc tune`") != std::string::npos, reason);
+  CHECK_MESSAGE(reason.find("split-K: 2 parts") != std::string::npos, reason);
+
+  // Another shape is another key: the rule decides.
+  std::tie(rc, out) = run_command(fmt::format(
+      "./mkc compile samples/gemm.mks -D M=32 --emit plan -o {} --tune-db {}", dir, db));
+  REQUIRE_MESSAGE(rc == 0, out);
+  CHECK(out.find("tuned knobs") == std::string::npos);
+  CHECK(decision(dir + "/gemm.plan.json").at("reason").get<std::string>().rfind("default:", 0) ==
+        0);
+
+  // MKC_TUNE=off: the database is not read.
+  std::tie(rc, out) = run_command("MKC_TUNE=off " + compile);
+  REQUIRE_MESSAGE(rc == 0, out);
+  CHECK(out.find("tuned knobs") == std::string::npos);
+  CHECK(decision(dir + "/gemm.plan.json").at("algorithm") == "tile(64, 256, 64)");
+  // A bad MKC_TUNE is the user's to fix.
+  std::tie(rc, out) = run_command("MKC_TUNE=yes " + compile);
+  CHECK(rc == 1);
+  CHECK(out.find("MKC_TUNE=yes: expected off, cache or on") != std::string::npos);
+}
+
+TEST_CASE("mkc compile: a corrupt tuning database is a warning, and the compile goes on") {
+  const std::string dir = temp_dir(), db = dir + "/corrupt.json";
+  std::ofstream(db) << "{\"format\": \"mkc-tune-db\", \"version\": 1, \"entr";
+  const auto [rc, out] = run_command(fmt::format(
+      "./mkc compile samples/gemm.mks -D M=16 --emit plan -o {} --tune-db {}", dir, db));
+  REQUIRE_MESSAGE(rc == 0, out);
+  CHECK_MESSAGE(
+      out.find(fmt::format("warning: tuning database `{}`: not JSON", db)) != std::string::npos,
+      out);
+  CHECK(decision(dir + "/gemm.plan.json").at("reason").get<std::string>().rfind("default:", 0) ==
+        0);
+}
+
+TEST_CASE("mkc tune: --dry-run lists the model's candidates; measuring needs a GPU") {
+  auto [rc, out] = run_command("./mkc tune --dry-run samples/gemm.mks -D M=16 --candidates 3");
+  REQUIRE_MESSAGE(rc == 0, out);
+  CHECK(out.find("mm (16 x 8192 x 8192, split-K allowed):") != std::string::npos);
+  CHECK(out.find("* tile(") != std::string::npos);
+  CHECK(out.find("model") != std::string::npos);
+  // Three starred lines: the candidates that would be measured.
+  size_t starred = 0;
+  for (size_t p = out.find("    * "); p != std::string::npos; p = out.find("    * ", p + 1))
+    ++starred;
+  CHECK(starred == 3);
+  // A schedule whose GEMMs all have tile(...): nothing to tune.
+  std::tie(rc, out) = run_command("./mkc tune --dry-run samples/allgather.mks");
+  REQUIRE_MESSAGE(rc == 0, out);
+  CHECK(out.find("0 GEMM(s) without tile(...)") != std::string::npos);
+  // Flags are checked.
+  std::tie(rc, out) = run_command("./mkc tune --dry-run --candidates 0 samples/gemm.mks");
+  CHECK(rc == 1);
+  std::tie(rc, out) = run_command("./mkc tune --bogus samples/gemm.mks");
+  CHECK(rc == 1);
+  CHECK(out.find("run `mkc tune --help`") != std::string::npos);
+  std::tie(rc, out) = run_command("./mkc tune --help");
+  CHECK(rc == 0);
+  CHECK(out.find("usage: mkc tune") != std::string::npos);
+  if (run_command("./mkc devices").first == 0) {
+    MESSAGE("a GPU is present: `mkc tune` without --dry-run is not run here");
+    return;
+  }
+  std::tie(rc, out) = run_command("./mkc tune samples/gemm.mks -D M=16");
+  CHECK(rc == 2);
+  CHECK_MESSAGE(
+      (out.find("no CUDA driver") != std::string::npos || out.find("no GPU") != std::string::npos),
+      out);
+}
+
+TEST_CASE("tune search: the fastest measurement wins, each one has a line, the budget stops it") {
+  mkc::compiler::CheckOptions options;
+  const auto c = gemm16(&options);
+  REQUIRE(c->ok());
+  const auto gemms = mkc::cli::tunable_gemms(c->checked[0], 132);
+  REQUIRE(gemms.size() == 1);
+  CHECK(gemms[0].op == "mm");
+  CHECK(gemms[0].problem.M == 16);
+  CHECK(gemms[0].problem.K == 8192);
+  CHECK(gemms[0].problem.splittable);
+  // A stand-in for the GPU: the compiler's choice 40 us, tile(128, 128, 64) split 2 25 us, the
+  // rest 35 us.
+  int measured = 0;
+  const mkc::cli::Measure measure = [&](const mkc::cli::Knobs& k) {
+    ++measured;
+    if (k.empty()) return 40.0;
+    const auto& t = k.at("mm");
+    return t.tile == std::vector<int64_t>{128, 128, 64} && t.split_k == 2 ? 25.0 : 35.0;
+  };
+  mkc::cli::SearchOptions so;
+  so.candidates = 16;
+  std::ostringstream progress;
+  const mkc::tune::Entry e = mkc::cli::search(gemms, measure, so, progress);
+  CHECK(measured == 1 + 16);
+  REQUIRE(e.ops.count("mm") == 1);
+  CHECK(e.ops.at("mm").tile == std::vector<int64_t>{128, 128, 64});
+  CHECK(e.ops.at("mm").split_k == 2);
+  CHECK(e.us == doctest::Approx(25.0));
+  CHECK(progress.str().find("the compiler's own choice: 40.00 us") != std::string::npos);
+  CHECK(progress.str().find("mm tile(128, 128, 64) split-K 2") != std::string::npos);
+  CHECK(progress.str().find("best so far") != std::string::npos);
+
+  // Nothing beats the compiler's choice: an entry without ops (the rule stays).
+  const mkc::cli::Measure slow = [](const mkc::cli::Knobs& k) { return k.empty() ? 10.0 : 20.0; };
+  std::ostringstream p2;
+  const mkc::tune::Entry none = mkc::cli::search(gemms, slow, so, p2);
+  CHECK(none.ops.empty());
+  CHECK(none.us == doctest::Approx(10.0));
+
+  // A spent budget: the baseline only.
+  so.budget_s = -1;
+  measured = 0;
+  std::ostringstream p3;
+  mkc::cli::search(gemms, measure, so, p3);
+  CHECK(measured == 1);
+  CHECK(p3.str().find("time budget") != std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,57 @@
+// The CLI's side of tuning (tune/db.h, tune/gemm_model.h): the database key of a compile, the
+// hook that applies an entry to `compile` and `run`, and `mkc tune`'s search, which measures
+// candidates through a callback (the GPU's launches in `mkc tune`; a stand-in in the tests).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "compiler/passes/lower.h"
+#include "compiler/pipeline.h"
+#include "compiler/sema/check.h"
+#include "dsl/source.h"
+#include "tune/db.h"
+#include "tune/gemm_model.h"
+
+namespace mkc::cli {
+
+using Knobs = std::map<std::string, plan::LowerOptions::Tuned>;
+
+// The key of checked schedule `s` of `file`, compiled with `options` for `arch`.
+tune::Key tune_key(const dsl::SourceFile& file, const compiler::CheckedSchedule& s,
+                   const compiler::CheckOptions& options, const std::string& arch);
+
+// compile_file's hook: each schedule's entry in the database at `path`, if any, as knobs, with a
+// note on `err` naming what it applied; MKC_TUNE=off gives none. A corrupt or foreign database is
+// a warning on `err`, once.
+compiler::TunedFor tuned_from_db(const std::string& path,
+                                 std::shared_ptr<const dsl::SourceFile> file,
+                                 const compiler::CheckOptions& options, const std::string& arch,
+                                 std::ostream& err);
+
+// A GEMM of `s` whose tile the compiler chooses (no tile(...)), once per operation name.
+struct TunableGemm {
+  std::string op;
+  tune::GemmProblem problem;
+};
+std::vector<TunableGemm> tunable_gemms(const compiler::CheckedSchedule& s, int64_t compute_ctas);
+
+// Microseconds per launch of the schedule compiled with `knobs` (ops not named: the rule's).
+using Measure = std::function<double(const Knobs& knobs)>;
+
+struct SearchOptions {
+  int candidates = 6;     // per operation, the model's best this many (at least 1)
+  double budget_s = 600;  // stop measuring new candidates after this long (the best so far wins)
+};
+
+// One operation at a time, the others at their best so far: the rule's choice first (the
+// baseline), then the model's best candidates; the fastest measured wins. A progress line per
+// measurement on `progress`. The entry's `us` is the best kernel time measured.
+tune::Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure,
+                   const SearchOptions& options, std::ostream& progress);
+
+}  // namespace mkc::cli

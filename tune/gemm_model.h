@@ -1,0 +1,41 @@
+// A cost model for one GEMM on the Hopper tile (templates/mkc/gemm_sm90.cuh): the time of each
+// (tile, split-K) the template can run, from tiles per wave and the last wave's fill, a tile's
+// arithmetic at its shape's tensor-core efficiency, the operands' bytes from HBM, the split's
+// reduction and a fixed cost per tile. Deterministic and machine-free: it ranks candidates so
+// that `mkc tune` measures the likely ones first, and the compile's decision record says what it
+// predicts for the pick and the runner-up. Its constants are an H200's (../shared/TARGETS.md and
+// docs/RESULTS.md): a prediction, never a measurement.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mkc::tune {
+
+struct GemmProblem {
+  int64_t M = 0, N = 0, K = 0;
+  int64_t ctas = 132;       // compute CTAs of the kernel
+  bool splittable = false;  // split-K allowed (no epilogue function or bias, plain row order)
+};
+
+struct GemmCandidate {
+  int64_t bm = 128, bn = 128, bk = 64;
+  int64_t split_k = 1;
+  double predicted_us = 0;
+  std::string text() const;  // "tile(128, 256, 64)" or "tile(128, 256, 64) split-K 4"
+};
+
+// The split-K parts a requested split gives: K in whole 64-wide steps per part (as the lowering
+// cuts it), so 3 parts of K 4096 are 3 and 7 parts of K 256 are 4.
+int64_t split_parts(int64_t K, int64_t requested);
+
+// The model's time for one candidate, in µs.
+double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t split_k);
+
+// Every candidate the template can run (BM 64 / 128 x BN 128 / 256, k-step 64; with split-K 2, 4
+// and 8 where splittable and each part keeps K >= 1024), fastest first by the model; ties keep the
+// listing order (wider tiles first, then fewer parts).
+std::vector<GemmCandidate> gemm_candidates(const GemmProblem& p);
+
+}  // namespace mkc::tune
