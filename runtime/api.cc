@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <iostream>
 
 #include "compiler/pipeline.h"
 #include "dsl/diagnostics.h"
@@ -10,6 +11,7 @@
 #include "runtime/trace.h"
 #include "runtime/verify.h"
 #include "support/error.h"
+#include "tune/apply.h"
 
 namespace mkc {
 
@@ -56,7 +58,11 @@ Kernel Kernel::from_string(const std::string& name, const std::string& text,
   for (const auto& [k, v] : options.defines)
     defines_text += fmt::format("{}{}={}", defines_text.empty() ? "" : " ", k, v);
   auto impl = std::make_unique<Impl>();
-  impl->c = compiler::compile_file(std::make_shared<dsl::SourceFile>(name, text), co, defines_text);
+  const auto file = std::make_shared<dsl::SourceFile>(name, text);
+  const std::string db = tune::default_db_path(options.tune_db);
+  impl->c = compiler::compile_file(
+      file, co, defines_text, true,
+      db.empty() ? nullptr : tune::tuned_from_db(db, file, co, dev.arch(), std::cerr));
   if (!impl->c->ok()) throw UserError(dsl::render_text(impl->c->diagnostics.all(), false));
   if (impl->c->kernels.size() != 1) {
     throw UserError(fmt::format("{} holds {} schedules; the API takes one per Kernel", name,

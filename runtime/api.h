@@ -53,6 +53,11 @@ struct KernelOptions {
   int bootstrap_timeout_s = 120;                // how long processes wait for each other
   std::optional<rt::World> world = {};          // this process's place in the job, given instead of
                                                 // read from a launcher's variables
+  std::string tune_db = {};                     // the tuning database (docs/TUNING.md); empty:
+                                                // $MKC_TUNE_DB, else tune.json beside the JIT
+                                                // cache. Its entry for this compile, if any, sets
+                             // the tiles of GEMMs without tile(...); MKC_TUNE=off
+                             // ignores it
 };
 
 struct TensorInfo {

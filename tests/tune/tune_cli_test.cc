@@ -15,7 +15,7 @@
 #include "compiler/pipeline.h"
 #include "dsl/source.h"
 #include "tests/support/run.h"
-#include "tools/mkc/tuning.h"
+#include "tune/apply.h"
 #include "tune/db.h"
 
 namespace {
@@ -53,7 +53,7 @@ TEST_CASE("mkc compile --tune-db: the entry for the exact key sets the GEMM's ti
   e.ops["mm"] = mkc::tune::OpKnobs{{64, 128, 64}, 2, 30.0};
   e.us = 30.0;
   e.tuned_at = "2026-12-05T04:00:00Z";
-  mkc::tune::store(db, mkc::cli::tune_key(*c->file, c->checked[0], options, "sm_90a"), e);
+  mkc::tune::store(db, mkc::tune::tune_key(*c->file, c->checked[0], options, "sm_90a"), e);
 
   const std::string compile =
       fmt::format("./mkc compile samples/gemm.mks -D M=16 --emit plan -o {} --tune-db {}", dir, db);
@@ -137,7 +137,7 @@ TEST_CASE("tune search: the fastest measurement wins, each one has a line, the b
   mkc::compiler::CheckOptions options;
   const auto c = gemm16(&options);
   REQUIRE(c->ok());
-  const auto gemms = mkc::cli::tunable_gemms(c->checked[0], 132);
+  const auto gemms = mkc::tune::tunable_gemms(c->checked[0], 132);
   REQUIRE(gemms.size() == 1);
   CHECK(gemms[0].op == "mm");
   CHECK(gemms[0].problem.M == 16);
@@ -146,16 +146,16 @@ TEST_CASE("tune search: the fastest measurement wins, each one has a line, the b
   // A stand-in for the GPU: the compiler's choice 40 us, tile(128, 128, 64) split 2 25 us, the
   // rest 35 us.
   int measured = 0;
-  const mkc::cli::Measure measure = [&](const mkc::cli::Knobs& k) {
+  const mkc::tune::Measure measure = [&](const mkc::tune::Knobs& k) {
     ++measured;
     if (k.empty()) return 40.0;
     const auto& t = k.at("mm");
     return t.tile == std::vector<int64_t>{128, 128, 64} && t.split_k == 2 ? 25.0 : 35.0;
   };
-  mkc::cli::SearchOptions so;
+  mkc::tune::SearchOptions so;
   so.candidates = 16;
   std::ostringstream progress;
-  const mkc::tune::Entry e = mkc::cli::search(gemms, measure, so, progress);
+  const mkc::tune::Entry e = mkc::tune::search(gemms, measure, so, progress);
   CHECK(measured == 1 + 16);
   REQUIRE(e.ops.count("mm") == 1);
   CHECK(e.ops.at("mm").tile == std::vector<int64_t>{128, 128, 64});
@@ -166,9 +166,9 @@ TEST_CASE("tune search: the fastest measurement wins, each one has a line, the b
   CHECK(progress.str().find("best so far") != std::string::npos);
 
   // Nothing beats the compiler's choice: an entry without ops (the rule stays).
-  const mkc::cli::Measure slow = [](const mkc::cli::Knobs& k) { return k.empty() ? 10.0 : 20.0; };
+  const mkc::tune::Measure slow = [](const mkc::tune::Knobs& k) { return k.empty() ? 10.0 : 20.0; };
   std::ostringstream p2;
-  const mkc::tune::Entry none = mkc::cli::search(gemms, slow, so, p2);
+  const mkc::tune::Entry none = mkc::tune::search(gemms, slow, so, p2);
   CHECK(none.ops.empty());
   CHECK(none.us == doctest::Approx(10.0));
 
@@ -176,7 +176,7 @@ TEST_CASE("tune search: the fastest measurement wins, each one has a line, the b
   so.budget_s = -1;
   measured = 0;
   std::ostringstream p3;
-  mkc::cli::search(gemms, measure, so, p3);
+  mkc::tune::search(gemms, measure, so, p3);
   CHECK(measured == 1);
   CHECK(p3.str().find("time budget") != std::string::npos);
 }

@@ -42,7 +42,7 @@
 #include "support/error.h"
 #include "support/phases.h"
 #include "support/version.h"
-#include "tools/mkc/tuning.h"
+#include "tune/apply.h"
 #include "tune/db.h"
 
 namespace mkc::cli {
@@ -464,13 +464,7 @@ std::unique_ptr<compiler::Compilation> front_end(std::shared_ptr<const dsl::Sour
 // The tuning database's path for these flags: --tune-db, $MKC_TUNE_DB, or tune.json beside the
 // JIT cache ("" when that directory cannot be used: no tuning then).
 std::string tune_db_path(const Flags& f) {
-  try {
-    return tune::db_path(f.tune_db, f.tune_db.empty() && std::getenv("MKC_TUNE_DB") == nullptr
-                                        ? jit::cache_dir(jit::JitOptions{})
-                                        : "");
-  } catch (const EnvironmentError&) {
-    return "";
-  }
+  return tune::default_db_path(f.tune_db);
 }
 
 // compile_file's hook applying the database's entry for each schedule (MKC_TUNE=off: none).
@@ -478,7 +472,7 @@ compiler::TunedFor tuned_hook(const Flags& f, std::shared_ptr<const dsl::SourceF
                               const std::string& arch, std::ostream& err) {
   const std::string path = tune_db_path(f);
   if (path.empty()) return nullptr;
-  return tuned_from_db(path, std::move(file), f.check, arch, err);
+  return tune::tuned_from_db(path, std::move(file), f.check, arch, err);
 }
 
 std::string roles_text(const plan::Plan& p) {
@@ -926,7 +920,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 int cmd_tune(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
              Terminal term) {
   Flags f(args);
-  SearchOptions so;
+  tune::SearchOptions so;
   int64_t iters = 20;
   bool share_gpus = false, dry_run = false;
   while (f.next()) {
@@ -965,10 +959,10 @@ int cmd_tune(const std::vector<std::string>& args, std::ostream& out, std::ostre
       int64_t ctas = f.check.sms;
       for (const plan::Role& r : c->plans[k].roles)
         if (r.name == "compute") ctas = r.count;
-      const std::vector<TunableGemm> gemms = tunable_gemms(c->checked[k], ctas);
+      const std::vector<tune::TunableGemm> gemms = tune::tunable_gemms(c->checked[k], ctas);
       fmt::print(out, "{}: schedule {}: {} GEMM(s) without tile(...), {} compute CTAs\n",
                  f.files[0], c->checked[k].name, gemms.size(), ctas);
-      for (const TunableGemm& g : gemms) {
+      for (const tune::TunableGemm& g : gemms) {
         const auto cands = tune::gemm_candidates(g.problem);
         fmt::print(out, "  {} ({} x {} x {}{}):\n", g.op, g.problem.M, g.problem.N, g.problem.K,
                    g.problem.splittable ? ", split-K allowed" : "");
@@ -1003,7 +997,7 @@ int cmd_tune(const std::vector<std::string>& args, std::ostream& out, std::ostre
     int64_t ctas = f.check.sms;
     for (const plan::Role& r : c->plans[k].roles)
       if (r.name == "compute") ctas = r.count;
-    const std::vector<TunableGemm> gemms = tunable_gemms(s, ctas);
+    const std::vector<tune::TunableGemm> gemms = tune::tunable_gemms(s, ctas);
     if (gemms.empty()) {
       fmt::print(out, "{}: schedule {}: no GEMM without tile(...): nothing to tune\n", f.files[0],
                  s.name);
@@ -1012,10 +1006,11 @@ int cmd_tune(const std::vector<std::string>& args, std::ostream& out, std::ostre
     fmt::print(out, "{}: schedule {} on {} rank(s), {}: tuning {} GEMM(s)\n", f.files[0], s.name,
                place.ranks, dev.name, gemms.size());
     out.flush();
-    const Measure measure = [&](const Knobs& knobs) {
-      const auto trial = front_end(
-          file, f, err, term, true,
-          [&](const compiler::CheckedSchedule& cs) { return cs.name == s.name ? knobs : Knobs{}; });
+    const tune::Measure measure = [&](const tune::Knobs& knobs) {
+      const auto trial =
+          front_end(file, f, err, term, true, [&](const compiler::CheckedSchedule& cs) {
+            return cs.name == s.name ? knobs : tune::Knobs{};
+          });
       if (trial == nullptr) throw InternalError("a schedule that compiled stopped compiling");
       const plan::Plan& p = trial->plans[k];
       const codegen::Generated& g = trial->kernels[k];
@@ -1030,10 +1025,10 @@ int cmd_tune(const std::vector<std::string>& args, std::ostream& out, std::ostre
       job.launch();  // warm-up
       return job.time_launches(static_cast<int>(iters));
     };
-    const tune::Entry e = search(gemms, measure, so, out);
+    const tune::Entry e = tune::search(gemms, measure, so, out);
     tune::Entry stored = e;
     stored.tuned_at = tune::utc_now();
-    tune::store(db, tune_key(*file, s, f.check, dev.arch()), stored);
+    tune::store(db, tune::tune_key(*file, s, f.check, dev.arch()), stored);
     std::string picks;
     for (const auto& [op, kn] : e.ops)
       picks += fmt::format("{}{} tile({}) split-K {}", picks.empty() ? "" : ", ", op,

@@ -1,16 +1,19 @@
-#include "tools/mkc/tuning.h"
+#include "tune/apply.h"
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 
+#include "jit/jit.h"
 #include "jit/nvrtc.h"
+#include "support/error.h"
 
-namespace mkc::cli {
+namespace mkc::tune {
 namespace {
 
 std::string tile_text(const std::vector<int64_t>& t) {
@@ -26,10 +29,10 @@ std::string knobs_text(const plan::LowerOptions::Tuned& k) {
 
 }  // namespace
 
-tune::Key tune_key(const dsl::SourceFile& file, const compiler::CheckedSchedule& s,
-                   const compiler::CheckOptions& options, const std::string& arch) {
-  tune::Key k;
-  k.schedule_hash = tune::schedule_hash(file.text());
+Key tune_key(const dsl::SourceFile& file, const compiler::CheckedSchedule& s,
+             const compiler::CheckOptions& options, const std::string& arch) {
+  Key k;
+  k.schedule_hash = schedule_hash(file.text());
   k.schedule = s.name;
   k.defines = s.params;  // every parameter's value, defaults included
   k.ranks = s.ranks;
@@ -40,17 +43,27 @@ tune::Key tune_key(const dsl::SourceFile& file, const compiler::CheckedSchedule&
   return k;
 }
 
+std::string default_db_path(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* e = std::getenv("MKC_TUNE_DB"); e != nullptr && *e != '\0') return e;
+  try {
+    return db_path("", jit::cache_dir(jit::JitOptions{}));
+  } catch (const EnvironmentError&) {
+    return "";
+  }
+}
+
 compiler::TunedFor tuned_from_db(const std::string& path,
                                  std::shared_ptr<const dsl::SourceFile> file,
                                  const compiler::CheckOptions& options, const std::string& arch,
                                  std::ostream& err) {
-  if (tune::mode_from_env() == tune::Mode::kOff) return nullptr;
+  if (mode_from_env() == Mode::kOff) return nullptr;
   auto warned = std::make_shared<bool>(false);
   return [path, file, options, arch, &err, warned](const compiler::CheckedSchedule& s) {
     Knobs out;
     std::vector<std::string> warnings;
-    const tune::Key key = tune_key(*file, s, options, arch);
-    const std::optional<tune::Entry> e = tune::lookup(path, key, &warnings);
+    const Key key = tune_key(*file, s, options, arch);
+    const std::optional<Entry> e = lookup(path, key, &warnings);
     if (!*warned) {
       for (const std::string& w : warnings) fmt::print(err, "mkc: warning: {}\n", w);
       *warned = !warnings.empty();
@@ -86,8 +99,8 @@ std::vector<TunableGemm> tunable_gemms(const compiler::CheckedSchedule& s, int64
   return out;
 }
 
-tune::Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure,
-                   const SearchOptions& options, std::ostream& progress) {
+Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure,
+             const SearchOptions& options, std::ostream& progress) {
   const auto start = std::chrono::steady_clock::now();
   const auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -97,10 +110,10 @@ tune::Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure
   fmt::print(progress, "  the compiler's own choice: {:.2f} us\n", base);
   progress.flush();
   double best = base;
-  tune::Entry entry;
+  Entry entry;
   bool out_of_time = false;
   for (const TunableGemm& g : gemms) {
-    const std::vector<tune::GemmCandidate> cands = tune::gemm_candidates(g.problem);
+    const std::vector<GemmCandidate> cands = gemm_candidates(g.problem);
     const size_t n =
         std::min<size_t>(cands.size(), static_cast<size_t>(std::max(options.candidates, 1)));
     for (size_t i = 0; i < n; ++i) {
@@ -108,7 +121,7 @@ tune::Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure
         out_of_time = true;
         break;
       }
-      const tune::GemmCandidate& c = cands[i];
+      const GemmCandidate& c = cands[i];
       Knobs trial = best_knobs;
       trial[g.op] = plan::LowerOptions::Tuned{{c.bm, c.bn, c.bk}, c.split_k};
       const double us = measure(trial);
@@ -127,9 +140,9 @@ tune::Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure
       break;
     }
   }
-  for (const auto& [op, k] : best_knobs) entry.ops[op] = tune::OpKnobs{k.tile, k.split_k, best};
+  for (const auto& [op, k] : best_knobs) entry.ops[op] = OpKnobs{k.tile, k.split_k, best};
   entry.us = best;
   return entry;
 }
 
-}  // namespace mkc::cli
+}  // namespace mkc::tune

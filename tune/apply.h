@@ -1,6 +1,7 @@
-// The CLI's side of tuning (tune/db.h, tune/gemm_model.h): the database key of a compile, the
-// hook that applies an entry to `compile` and `run`, and `mkc tune`'s search, which measures
-// candidates through a callback (the GPU's launches in `mkc tune`; a stand-in in the tests).
+// Tuning applied to compiles (tune/db.h, tune/gemm_model.h): the database key of a compile, the
+// hook that applies an entry (the CLI's `compile` and `run`, the C++ API), and the search behind
+// `mkc tune` and Kernel::tune(), which measures candidates through a callback (the GPU's launches;
+// a stand-in in the tests).
 #pragma once
 
 #include <functional>
@@ -17,13 +18,17 @@
 #include "tune/db.h"
 #include "tune/gemm_model.h"
 
-namespace mkc::cli {
+namespace mkc::tune {
 
 using Knobs = std::map<std::string, plan::LowerOptions::Tuned>;
 
 // The key of checked schedule `s` of `file`, compiled with `options` for `arch`.
-tune::Key tune_key(const dsl::SourceFile& file, const compiler::CheckedSchedule& s,
-                   const compiler::CheckOptions& options, const std::string& arch);
+Key tune_key(const dsl::SourceFile& file, const compiler::CheckedSchedule& s,
+             const compiler::CheckOptions& options, const std::string& arch);
+
+// The database's path: `flag` when set, else $MKC_TUNE_DB, else tune.json in the JIT cache's
+// directory; "" when that directory cannot be used (no tuning then).
+std::string default_db_path(const std::string& flag);
 
 // compile_file's hook: each schedule's entry in the database at `path`, if any, as knobs, with a
 // note on `err` naming what it applied; MKC_TUNE=off gives none. A corrupt or foreign database is
@@ -36,7 +41,7 @@ compiler::TunedFor tuned_from_db(const std::string& path,
 // A GEMM of `s` whose tile the compiler chooses (no tile(...)), once per operation name.
 struct TunableGemm {
   std::string op;
-  tune::GemmProblem problem;
+  GemmProblem problem;
 };
 std::vector<TunableGemm> tunable_gemms(const compiler::CheckedSchedule& s, int64_t compute_ctas);
 
@@ -51,7 +56,7 @@ struct SearchOptions {
 // One operation at a time, the others at their best so far: the rule's choice first (the
 // baseline), then the model's best candidates; the fastest measured wins. A progress line per
 // measurement on `progress`. The entry's `us` is the best kernel time measured.
-tune::Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure,
-                   const SearchOptions& options, std::ostream& progress);
+Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure,
+             const SearchOptions& options, std::ostream& progress);
 
-}  // namespace mkc::cli
+}  // namespace mkc::tune
