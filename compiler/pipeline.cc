@@ -25,7 +25,12 @@ std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile>
     po.sms = options.sms;
     po.file = file.get();
     po.phases = &c->phases;
-    if (tuned) po.lower.tuned = tuned(s);
+    if (tuned) {
+      auto knobs = tuned(s);
+      if (!knobs.empty())
+        po.lower.tuned = std::make_shared<const std::map<std::string, plan::LowerOptions::Tuned>>(
+            std::move(knobs));
+    }
     c->plans.push_back(plan::build_plan(s, po));
   }
   clock.lap();

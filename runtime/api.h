@@ -56,8 +56,8 @@ struct KernelOptions {
   std::string tune_db = {};                     // the tuning database (docs/TUNING.md); empty:
                                                 // $MKC_TUNE_DB, else tune.json beside the JIT
                                                 // cache. Its entry for this compile, if any, sets
-                             // the tiles of GEMMs without tile(...); MKC_TUNE=off
-                             // ignores it
+  // the tiles of GEMMs without tile(...); MKC_TUNE=off
+  // ignores it
 };
 
 struct TensorInfo {

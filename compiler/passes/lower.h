@@ -35,12 +35,13 @@ struct LowerOptions {
   int64_t max_plan_entries = int64_t{1} << 22;
   const dsl::SourceFile* file = nullptr;
   // Knobs `mkc tune` measured fastest (tune/db.h), by operation name: a GEMM without tile(...)
-  // runs with this tile and split-K instead of the rule's.
+  // runs with this tile and split-K instead of the rule's. Null: none. (Behind a pointer: GCC 12
+  // under the sanitizers warns of a map default-built inside `{}` options, a false positive.)
   struct Tuned {
     std::vector<int64_t> tile;
     int64_t split_k = 1;
   };
-  std::map<std::string, Tuned> tuned;
+  std::shared_ptr<const std::map<std::string, Tuned>> tuned;
 };
 
 Plan lower(const compiler::CheckedSchedule& schedule, const LowerOptions& options = {});

@@ -43,9 +43,13 @@ void Lowerer::lower_gemm(int i) {
                           !op.has_rows_from && K >= 2048 && opts_.split_k;
   int64_t bm = 128, bn = 128, bk = 64;
   std::string why;
-  const auto tuned = op.tile.empty() ? opts_.tuned.find(op.name) : opts_.tuned.end();
-  if (tuned != opts_.tuned.end()) {
-    const std::vector<int64_t>& t = tuned->second.tile;
+  const LowerOptions::Tuned* tuned = nullptr;
+  if (op.tile.empty() && opts_.tuned != nullptr) {
+    const auto it = opts_.tuned->find(op.name);
+    if (it != opts_.tuned->end()) tuned = &it->second;
+  }
+  if (tuned != nullptr) {
+    const std::vector<int64_t>& t = tuned->tile;
     bm = t.at(0);
     bn = t.size() > 1 ? t[1] : bn;
     bk = t.size() > 2 ? t[2] : bk;
@@ -80,9 +84,9 @@ void Lowerer::lower_gemm(int i) {
   const int64_t mb = cdiv(M, bm), nb = cdiv(N, bn);
   // Split-K parts: as many as the idle compute CTAs allow, each at least 1024 deep, at most 8.
   int64_t parts = 1, part_k = K;
-  if (tuned != opts_.tuned.end()) {
-    if (splittable && tuned->second.split_k > 1) {
-      parts = tune::split_parts(K, tuned->second.split_k);
+  if (tuned != nullptr) {
+    if (splittable && tuned->split_k > 1) {
+      parts = tune::split_parts(K, tuned->split_k);
       part_k = cdiv(cdiv(K, parts), 64) * 64;
       if (parts > 1) why += fmt::format("; split-K: {} parts of {} (of K {})", parts, part_k, K);
     }
@@ -107,7 +111,7 @@ void Lowerer::lower_gemm(int i) {
   }
   plan_.decisions.push_back(
       Decision{name_of(op), fmt::format("tile({}, {}, {})", bm, bn, bk),
-               (op.tile.empty() && tuned == opts_.tuned.end() ? "default: " : "") + why});
+               (op.tile.empty() && tuned == nullptr ? "default: " : "") + why});
   const int partials =
       parts > 1 ? add_buffer(name_of(op) + ".partials", compiler::DType::kF32, {parts, M, N}, false)
                 : -1;

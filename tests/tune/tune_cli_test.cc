@@ -14,6 +14,7 @@
 
 #include "compiler/pipeline.h"
 #include "dsl/source.h"
+#include "tests/support/gpu.h"
 #include "tests/support/run.h"
 #include "tune/apply.h"
 #include "tune/db.h"
@@ -179,6 +180,36 @@ TEST_CASE("tune search: the fastest measurement wins, each one has a line, the b
   mkc::tune::search(gemms, measure, so, p3);
   CHECK(measured == 1);
   CHECK(p3.str().find("time budget") != std::string::npos);
+}
+
+GPU_TEST_CASE("mkc tune on a GPU: it measures, stores, and run applies; MKC_TUNE=on tunes a miss") {
+  const std::string dir = temp_dir(), db = dir + "/gpu.json";
+  const std::string shape = "-D M=256 -D N=1024 -D K=4096";
+  auto [rc, out] = run_command(fmt::format(
+      "./mkc tune samples/gemm.mks {} --candidates 3 --iters 5 --tune-db {}", shape, db));
+  REQUIRE_MESSAGE(rc == 0, out);
+  CHECK(out.find("the compiler's own choice:") != std::string::npos);
+  CHECK(out.find("[3/3]") != std::string::npos);
+  CHECK(out.find("tuned: ") != std::string::npos);
+  CHECK(mkc::tune::read_all(db).size() == 1);
+  // run applies the entry when it has knobs (the compiler's own choice may have won: then none).
+  std::tie(rc, out) =
+      run_command(fmt::format("./mkc run samples/gemm.mks {} --check --tune-db {}", shape, db));
+  REQUIRE_MESSAGE(rc == 0, out);
+  CHECK(out.find("check: passed") != std::string::npos);
+  const bool knobs = !mkc::tune::read_all(db).begin()->second.second.ops.empty();
+  CHECK((out.find("tuned knobs from") != std::string::npos) == knobs);
+  // MKC_TUNE=on: a new shape is tuned before it runs, once.
+  const std::string other = "-D M=128 -D N=512 -D K=2048";
+  std::tie(rc, out) = run_command(
+      fmt::format("MKC_TUNE=on ./mkc run samples/gemm.mks {} --check --tune-db {}", other, db));
+  REQUIRE_MESSAGE(rc == 0, out);
+  CHECK(out.find("MKC_TUNE=on, no entry in the database yet") != std::string::npos);
+  CHECK(mkc::tune::read_all(db).size() == 2);
+  std::tie(rc, out) = run_command(
+      fmt::format("MKC_TUNE=on ./mkc run samples/gemm.mks {} --check --tune-db {}", other, db));
+  REQUIRE_MESSAGE(rc == 0, out);
+  CHECK(out.find("no entry in the database yet") == std::string::npos);
 }
 
 }  // namespace

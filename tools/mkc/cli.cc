@@ -145,7 +145,8 @@ options (and -D, --sms as for `mkc check`):
   --save DIR           write every rank's tensors after the first launch as DIR/<tensor>.rank<r>.npy
                        (bf16 as f32)
   --load DIR           take the inputs from DIR/<tensor>.rank<r>.npy instead of random data
-  --tune-db FILE       the tuning database, as for `mkc compile` (`mkc tune` writes it)
+  --tune-db FILE       the tuning database, as for `mkc compile` (`mkc tune` writes it);
+                       MKC_TUNE=on tunes a schedule it has no entry for first (docs/TUNING.md)
   --seed N             the random inputs' seed (default 1)
   --routing KIND       how random MoE routing tables pick each token's (distinct) experts:
                        uniform (default), skewed (a few hot experts) or empty (a quarter of the
@@ -758,6 +759,67 @@ bool precheck(const std::shared_ptr<const dsl::SourceFile>& file, const Flags& f
   return false;
 }
 
+// Tunes each schedule of `file` with GEMMs to tune on this process's GPU(s) (`mkc tune`, and
+// `mkc run` under MKC_TUNE=on for schedules the database has no entry for: `only_missing`),
+// storing each winner in `db`. `f` holds the world and SMs the kernels are built for.
+int tune_schedules(const std::shared_ptr<const dsl::SourceFile>& file, const Flags& f,
+                   const rt::DeviceInfo& dev, bool share_gpus, int64_t iters,
+                   const tune::SearchOptions& so, const std::string& db, bool only_missing,
+                   std::ostream& out, std::ostream& err, const Terminal& term) {
+  // Each measurement compiles the whole file with the trial's knobs for schedule `k`.
+  const auto c = front_end(file, f, err, term);
+  if (c == nullptr) return kExitUserError;
+  for (size_t k = 0; k < c->checked.size(); ++k) {
+    const compiler::CheckedSchedule& s = c->checked[k];
+    int64_t ctas = f.check.sms;
+    for (const plan::Role& r : c->plans[k].roles)
+      if (r.name == "compute") ctas = r.count;
+    const std::vector<tune::TunableGemm> gemms = tune::tunable_gemms(s, ctas);
+    const tune::Key key = tune::tune_key(*file, s, f.check, dev.arch());
+    if (only_missing && (gemms.empty() || tune::lookup(db, key, nullptr).has_value())) continue;
+    if (gemms.empty()) {
+      fmt::print(out, "{}: schedule {}: no GEMM without tile(...): nothing to tune\n", f.files[0],
+                 s.name);
+      continue;
+    }
+    fmt::print(out, "{}: schedule {} on {} rank(s), {}: tuning {} GEMM(s){}\n", f.files[0], s.name,
+               s.ranks, dev.name, gemms.size(),
+               only_missing ? " (MKC_TUNE=on, no entry in the database yet)" : "");
+    out.flush();
+    const tune::Measure measure = [&](const tune::Knobs& knobs) {
+      const auto trial =
+          front_end(file, f, err, term, true, [&](const compiler::CheckedSchedule& cs) {
+            return cs.name == s.name ? knobs : tune::Knobs{};
+          });
+      if (trial == nullptr) throw InternalError("a schedule that compiled stopped compiling");
+      const plan::Plan& p = trial->plans[k];
+      const codegen::Generated& g = trial->kernels[k];
+      jit::JitOptions jo;
+      jo.arch = dev.arch();
+      const jit::JitOutput j = jit::jit_compile(g.source, p.schedule + ".cu", g.kernel_name, jo);
+      rt::LocalJobOptions lo;
+      lo.file = trial->file;
+      lo.share_gpus = share_gpus;
+      rt::LocalJob job(p, j.cubin, g, lo);
+      rt::upload_inputs(job, p, plan::random_inputs(p, 1, plan::Routing::kUniform));
+      job.launch();  // warm-up
+      return job.time_launches(static_cast<int>(iters));
+    };
+    const tune::Entry e = tune::search(gemms, measure, so, out);
+    tune::Entry stored = e;
+    stored.tuned_at = tune::utc_now();
+    tune::store(db, key, stored);
+    std::string picks;
+    for (const auto& [op, kn] : e.ops)
+      picks += fmt::format("{}{} tile({}) split-K {}", picks.empty() ? "" : ", ", op,
+                           fmt::join(kn.tile, ", "), kn.split_k);
+    fmt::print(out, "tuned: {:.2f} us per launch ({}); written to {}\n", e.us,
+               picks.empty() ? "the compiler's own choice is the fastest" : picks, db);
+    out.flush();
+  }
+  return kExitOk;
+}
+
 // Runs a schedule on this machine's GPUs: every rank in this process (one per GPU, or several per
 // GPU with --share-gpus), or this process's rank only under a launcher (mkrun, torchrun, ...).
 int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
@@ -831,6 +893,20 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                                               [](const char* n) { return std::getenv(n); });
   // Ranks of one process that share a GPU run side by side: each kernel gets its part of the SMs.
   f.check.sms = std::min<int64_t>(f.check.sms, dev.sm_count / per_gpu);
+  // MKC_TUNE=on: what the database has no entry for is tuned first, in one process only (the
+  // ranks of a launched job would each measure, and race to store).
+  if (tune::mode_from_env() == tune::Mode::kOn && world.size == 1) {
+    const std::string db = tune_db_path(f);
+    if (db.empty()) {
+      fmt::print(err,
+                 "mkc: warning: MKC_TUNE=on, but no tuning database path (the JIT cache's "
+                 "directory cannot be used; pass --tune-db FILE): not tuning\n");
+    } else if (const int rc = tune_schedules(file, f, dev, share_gpus, 20, tune::SearchOptions{},
+                                             db, true, out, err, term);
+               rc != kExitOk) {
+      return rc;
+    }
+  }
   const auto c = front_end(file, f, err, term, true, tuned_hook(f, file, dev.arch(), err));
   if (c == nullptr) return kExitUserError;
   if (world.size > 1) group = std::make_unique<rt::Rendezvous>(world, std::chrono::seconds(120));
@@ -989,55 +1065,7 @@ int cmd_tune(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (db.empty())
     throw EnvironmentError(
         "no tuning database path: the JIT cache's directory cannot be used; pass --tune-db FILE");
-  // Each measurement compiles the whole file with the trial's knobs for schedule `k`.
-  const auto c = front_end(file, f, err, term);
-  if (c == nullptr) return kExitUserError;
-  for (size_t k = 0; k < c->checked.size(); ++k) {
-    const compiler::CheckedSchedule& s = c->checked[k];
-    int64_t ctas = f.check.sms;
-    for (const plan::Role& r : c->plans[k].roles)
-      if (r.name == "compute") ctas = r.count;
-    const std::vector<tune::TunableGemm> gemms = tune::tunable_gemms(s, ctas);
-    if (gemms.empty()) {
-      fmt::print(out, "{}: schedule {}: no GEMM without tile(...): nothing to tune\n", f.files[0],
-                 s.name);
-      continue;
-    }
-    fmt::print(out, "{}: schedule {} on {} rank(s), {}: tuning {} GEMM(s)\n", f.files[0], s.name,
-               place.ranks, dev.name, gemms.size());
-    out.flush();
-    const tune::Measure measure = [&](const tune::Knobs& knobs) {
-      const auto trial =
-          front_end(file, f, err, term, true, [&](const compiler::CheckedSchedule& cs) {
-            return cs.name == s.name ? knobs : tune::Knobs{};
-          });
-      if (trial == nullptr) throw InternalError("a schedule that compiled stopped compiling");
-      const plan::Plan& p = trial->plans[k];
-      const codegen::Generated& g = trial->kernels[k];
-      jit::JitOptions jo;
-      jo.arch = dev.arch();
-      const jit::JitOutput j = jit::jit_compile(g.source, p.schedule + ".cu", g.kernel_name, jo);
-      rt::LocalJobOptions lo;
-      lo.file = trial->file;
-      lo.share_gpus = share_gpus;
-      rt::LocalJob job(p, j.cubin, g, lo);
-      rt::upload_inputs(job, p, plan::random_inputs(p, 1, plan::Routing::kUniform));
-      job.launch();  // warm-up
-      return job.time_launches(static_cast<int>(iters));
-    };
-    const tune::Entry e = tune::search(gemms, measure, so, out);
-    tune::Entry stored = e;
-    stored.tuned_at = tune::utc_now();
-    tune::store(db, tune::tune_key(*file, s, f.check, dev.arch()), stored);
-    std::string picks;
-    for (const auto& [op, kn] : e.ops)
-      picks += fmt::format("{}{} tile({}) split-K {}", picks.empty() ? "" : ", ", op,
-                           fmt::join(kn.tile, ", "), kn.split_k);
-    fmt::print(out, "tuned: {:.2f} us per launch ({}); written to {}\n", e.us,
-               picks.empty() ? "the compiler's own choice is the fastest" : picks, db);
-    out.flush();
-  }
-  return kExitOk;
+  return tune_schedules(file, f, dev, share_gpus, iters, so, db, false, out, err, term);
 }
 
 // `mkc verify`: the plan verifier and the CPU interpreter on the user's schedule, at the shapes
