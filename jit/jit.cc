@@ -18,15 +18,14 @@
 #include <random>
 #include <sstream>
 
-#include "compiler/codegen/codegen.h"
+#include "jit/cache_entry.h"
 #include "jit/nvrtc.h"
 #include "support/error.h"
+#include "support/hash.h"
 #include "templates/embedded.h"
 
 namespace mkc::jit {
 namespace {
-
-constexpr const char* kMagic = "MKCC2";
 
 std::vector<std::string> nvrtc_options() {
   // -lineinfo keeps line tables for profilers; ptxas -v reports registers and spills.
@@ -154,51 +153,6 @@ bool read_entry(const std::string& path, std::string* data, std::string* problem
   return ok;
 }
 
-// What the checksum covers besides the payload: the key, the kernel and every figure.
-std::string entry_meta(const std::string& key, const std::string& kernel, size_t nc, size_t np,
-                       size_t nl, const JitOutput& r) {
-  return fmt::format("{} {} {}\n{} {} {} {} {} {} {}", kMagic, key, kernel, nc, np, nl, r.registers,
-                     r.spill_bytes, r.stack_bytes, r.smem_bytes);
-}
-
-// Whether `cubin` defines `kernel`: its name is a string of the ELF string table.
-bool has_symbol(const std::string& cubin, const std::string& kernel) {
-  return cubin.find(std::string(1, '\0') + kernel + std::string(1, '\0')) != std::string::npos;
-}
-
-// Entry: "MKCC2 <key> <kernel>\n<cubin bytes> <ptx bytes> <log bytes> <registers> <spills>
-// <stack> <smem> <checksum>\n" then the three payloads.
-bool parse_entry(const std::string& data, const std::string& key, const std::string& kernel,
-                 JitOutput* out) {
-  std::istringstream in(data);
-  std::string magic, k, name;
-  size_t nc = 0, np = 0, nl = 0;
-  JitOutput figures;
-  uint64_t sum = 0;
-  if (!(in >> magic >> k >> name >> nc >> np >> nl >> figures.registers >> figures.spill_bytes >>
-        figures.stack_bytes >> figures.smem_bytes >> std::hex >> sum) ||
-      magic != kMagic || k != key || name != kernel)
-    return false;
-  in.get();
-  const size_t header = static_cast<size_t>(in.tellg());
-  if (nc > data.size() || np > data.size() || nl > data.size() ||
-      data.size() != header + nc + np + nl)
-    return false;
-  const std::string payload = data.substr(header);
-  if (codegen::fnv1a(entry_meta(key, kernel, nc, np, nl, figures) + "\n" + payload) != sum)
-    return false;
-  const std::string cubin = payload.substr(0, nc);
-  if (!has_symbol(cubin, kernel)) return false;
-  out->cubin = cubin;
-  out->ptx = payload.substr(nc, np);
-  out->log = payload.substr(nc + np, nl);
-  out->registers = figures.registers;
-  out->spill_bytes = figures.spill_bytes;
-  out->stack_bytes = figures.stack_bytes;
-  out->smem_bytes = figures.smem_bytes;
-  return true;
-}
-
 // Writes all of `data` to `fd`; 0 or the errno of the failure.
 int write_all(int fd, const std::string& data) {
   size_t done = 0;
@@ -273,7 +227,7 @@ std::string jit_cache_key(const std::string& source, const std::string& kernel_n
                           const std::vector<std::string>& nvrtc_options, int nvrtc_version,
                           const std::string& arch, bool want_ptx) {
   std::string k;
-  key_field(&k, "format", kMagic);
+  key_field(&k, "format", kEntryMagic);
   key_field(&k, "source", source);
   key_field(&k, "kernel", kernel_name);
   key_field(&k, "headers", std::to_string(headers.size()));
@@ -286,7 +240,7 @@ std::string jit_cache_key(const std::string& source, const std::string& kernel_n
   key_field(&k, "arch", arch);
   key_field(&k, "ptx", want_ptx ? "1" : "0");
   // Two 64-bit hashes with different seeds: a 128-bit name.
-  return fmt::format("{:016x}{:016x}", codegen::fnv1a(k), codegen::fnv1a(k, 0x9e3779b97f4a7c15ull));
+  return fmt::format("{:016x}{:016x}", mkc::fnv1a(k), mkc::fnv1a(k, 0x9e3779b97f4a7c15ull));
 }
 
 std::string cache_dir(const JitOptions& options) {
@@ -324,7 +278,7 @@ JitOutput jit_compile(const std::string& source, const std::string& program_name
   if (!path.empty()) {
     std::string data, problem;
     if (read_entry(path, &data, &problem)) {
-      if (parse_entry(data, key, kernel_name, &out)) {
+      if (decode_entry(data, key, kernel_name, &out)) {
         out.cache_hit = true;
         // Entries keep the figures; a log from an older ptxas may still have them.
         if (out.registers < 0) report_resources(out.log, kernel_name, &out);
@@ -351,11 +305,7 @@ JitOutput jit_compile(const std::string& source, const std::string& program_name
   out.log = std::move(built.log);
   report_resources(out.log, kernel_name, &out);
   if (!path.empty()) {
-    const std::string payload = out.cubin + out.ptx + out.log;
-    const std::string meta =
-        entry_meta(key, kernel_name, out.cubin.size(), out.ptx.size(), out.log.size(), out);
-    const std::string entry =
-        fmt::format("{} {:x}\n", meta, codegen::fnv1a(meta + "\n" + payload)) + payload;
+    const std::string entry = encode_entry(key, kernel_name, out);
     const std::string failed = write_entry(dir, path, entry);
     if (!failed.empty()) {
       out.warnings.push_back(fmt::format(

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "support/error.h"
+#include "support/hash.h"
 
 namespace mkc::tune {
 namespace {
@@ -229,12 +230,7 @@ std::string Key::text() const {
 }
 
 uint64_t schedule_hash(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (const unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
+  return fnv1a(text);
 }
 
 std::string db_path(const std::string& flag, const std::string& cache_dir) {

@@ -11,6 +11,7 @@
 #include "compiler/sema/device_code.h"
 #include "support/check.h"
 #include "support/error.h"
+#include "support/hash.h"
 #include "support/version.h"
 
 namespace mkc::codegen {
@@ -33,7 +34,7 @@ class Generator final : public kinds::Source {
     std::string params;
     for (const auto& [name, value] : p_.source->params)
       params += fmt::format("{}{}={}", params.empty() ? "" : ", ", name, value);
-    g.source_hash = fnv1a(
+    g.source_hash = mkc::fnv1a(
         fmt::format("{}\n{}\n{}\n{}", o_.file ? o_.file->text() : "", params, p_.ranks, kVersion));
     const int ctas = p_.cta_tasks.empty() ? 1 : static_cast<int>(p_.cta_tasks[0].size());
     g.ctas = ctas;
@@ -326,15 +327,6 @@ bool TensorMapSpec::operator<(const TensorMapSpec& o) const {
   return std::tie(rank, buffer, offset, dtype, rows, cols, dims, depth, box_rows, box_cols) <
          std::tie(o.rank, o.buffer, o.offset, o.dtype, o.rows, o.cols, o.dims, o.depth, o.box_rows,
                   o.box_cols);
-}
-
-uint64_t fnv1a(std::string_view data, uint64_t seed) {
-  uint64_t h = seed;
-  for (unsigned char c : data) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
 }
 
 Generated generate(const plan::Plan& plan, const CodegenOptions& options) {

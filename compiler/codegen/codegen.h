@@ -60,7 +60,4 @@ struct Generated {
 
 Generated generate(const plan::Plan& plan, const CodegenOptions& options);
 
-// 64-bit FNV-1a, for cache keys and banners.
-uint64_t fnv1a(std::string_view data, uint64_t seed = 0xcbf29ce484222325ull);
-
 }  // namespace mkc::codegen
