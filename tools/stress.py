@@ -2,8 +2,9 @@
 """Stress run of the front end and the planner over generated extreme schedules.
 
 Each case is a schedule (and flags) built to hurt: long operator chains, deep nesting, huge loops
-and shapes, tiny chunks and tiles, extreme world sizes and integers. For each, `mkc check` and
-`mkc compile --emit plan` must end on their own with exit 0 (accepted) or 1 (a diagnostic), never
+and shapes, tiny chunks and tiles, extreme world sizes and integers, tensors the CPU interpreter
+cannot hold. For each, `mkc check` and `mkc compile --emit plan` (and for the memory cases `mkc
+verify`) must end on their own with exit 0 (accepted) or 1 (a diagnostic), never
 a signal, never exit 2 (an environment error or an mkc bug: `bad_alloc` is one), within the time
 limit and under the memory limit (the address space is capped, so an allocation past it fails
 inside mkc instead of swapping the machine).
@@ -28,8 +29,8 @@ def cases():
     """(name, schedule text, extra flags) for every extreme case."""
     out = []
 
-    def add(name, text, flags=()):
-        out.append((name, text, list(flags)))
+    def add(name, text, flags=(), commands=("check", "compile")):
+        out.append((name, text, list(flags), commands))
 
     chain = " + ".join(["1"] + ["0"] * 20000)
     add("binary-chain-20000", f"schedule s {{\n  param M = {chain}\n  input X : f32[M]\n}}\n")
@@ -115,6 +116,20 @@ def cases():
         "schedule s {\n  input X : f32[16]\n  output Y : f32[16]\n"
         "  device f(a: f32) -> f32 {\n#include \"/etc/passwd\"\n    return a;\n  }\n"
         "  compute m = map(f, X -> Y)\n}\n")
+    # Memory that follows the input: `mkc verify` holds every buffer of every rank; an unused
+    # scratch of 2^28 or 2^40 elements in a 256-element launch must be refused, located, at once.
+    for log2 in (28, 40):
+        add(f"verify-unused-scratch-2^{log2}",
+            f"schedule s {{\n  ranks R\n  input X : f32[256]\n  output Y : f32[256]\n"
+            f"  scratch S : f32[{2**log2}]\n  compute c = copy(X -> Y)\n}}\n",
+            ["--ranks", "2"], ("check", "compile", "verify"))
+    # 16 ranks of 4,096 elements each, through the plan and the interpreter; and at 64 a chunk of
+    # one element, refused by the plan's size limit (with its place) instead of filling memory.
+    for ranks, chunk in ((16, 512), (64, 1)):
+        add(f"verify-{ranks}-ranks-chunk-{chunk}",
+            "schedule s {\n  ranks R\n  input X : f32[4096] symmetric\n"
+            f"  comm ar = allreduce(X, sum) chunk({chunk})\n}}\n", ["--ranks", str(ranks)],
+            ("verify",))
     add("empty", "")
     add("binary-garbage", "\x00\xff\xfe" * 10000)
     return out
@@ -164,13 +179,15 @@ def main():
     os.makedirs(work, exist_ok=True)
     failed = 0
     total = 0
-    for name, text, flags in cases():
+    for name, text, flags, commands in cases():
         if args.only and name != args.only:
             continue
         path = os.path.join(work, name + ".mks")
         with open(path, "w", encoding="latin-1") as f:
             f.write(text)
-        for cmd in (["check", path], ["compile", path, "--emit", "plan", "-o", work]):
+        every = {"check": ["check", path], "compile": ["compile", path, "--emit", "plan", "-o", work],
+                 "verify": ["verify", path]}
+        for cmd in (every[c] for c in commands):
             total += 1
             rc, wall, tail = run([args.mkc] + cmd + flags, args.seconds, args.memory_mb)
             verdict = "ok"

@@ -40,11 +40,12 @@ class BoxIndex {
 struct Access {
   int task;
   const Box* box;
+  bool write;
 };
 
 class Deriver {
  public:
-  explicit Deriver(Plan& p) : p_(p) {}
+  Deriver(Plan& p, const dsl::SourceFile* file) : p_(p), file_(file) {}
 
   void run() {
     const auto& ops = p_.source->ops;
@@ -68,17 +69,21 @@ class Deriver {
         writes_[{b.rank, b.buffer, task.op}].add(p_, static_cast<int>(t), &b);
     }
     for (auto& [key, index] : writes_) index.finish();
-    // The accesses of every task to its own rank's buffers, switched on as tasks are processed.
+    // The accesses of every task to every rank's buffers, switched on as tasks are processed: a
+    // peer's write into this rank (a shift, a put) or read of it (a one-shot all-reduce) is an
+    // access a later writer of those elements must wait for, like this rank's own. (With only
+    // the own rank's, two shifts into one ring slot from the same sender were a write-after-
+    // write race that compile accepted: tests/fuzz/mks_gen.h found it.)
     own_.resize(p_.tasks.size());
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
       if (task.op < 0) continue;
       for (const std::vector<Box>* boxes : {&task.reads, &task.writes}) {
         for (const Box& b : *boxes) {
-          if (b.rank != task.rank) continue;
           const auto [first, end] = flat_span(p_.buffers[b.buffer], b);
           LiveSpanIndex<Access>& idx = frontier_[{b.rank, b.buffer}];
-          own_[t].push_back({&idx, idx.add(first, end, Access{static_cast<int>(t), &b})});
+          own_[t].push_back(
+              {&idx, idx.add(first, end, Access{static_cast<int>(t), &b, boxes == &task.writes})});
         }
       }
     }
@@ -100,6 +105,7 @@ class Deriver {
       std::sort(producers.begin(), producers.end());
       producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
       wait_for(static_cast<int>(t), producers);
+      retire_awaited(static_cast<int>(t), &superseded);
       fence(static_cast<int>(t));
       for (const auto& [idx, h] : own_[t]) idx->set_alive(h, true);
       for (const auto& [idx, h] : superseded) idx->set_alive(h, false);
@@ -115,14 +121,17 @@ class Deriver {
   }
 
  private:
-  // The ranks a task's completion concerns, ascending: where it writes (and where a signal task
-  // points).
+  // The ranks a task's completion concerns, ascending: its own, where it writes, and where a
+  // signal task points. Its own rank is one even when it writes only into a peer (a shift), so
+  // that `after x` on rank r waits for x's tasks on r as well as x's writes into r: a chain of
+  // `after`s (c after b, b after a) then orders c after a on each rank, as the checker's
+  // "directly or through others" takes it. (Without it, `c = copy(Y -> ...) after b` with `b =
+  // shift(...) after a` and `a` writing Y raced on Y: tests/fuzz/mks_gen.h found it.)
   static std::vector<int> notified(const Task& t) {
-    std::set<int> out;
+    std::set<int> out = {t.rank};
     for (const Box& b : t.writes) out.insert(b.rank);
     if (t.kind == TaskKind::kSignalOnly)
       out.insert(static_cast<int>(args_as<abi::SignalArgs>(t).peer));
-    if (out.empty()) out.insert(t.rank);
     return {out.begin(), out.end()};
   }
 
@@ -306,8 +315,9 @@ class Deriver {
     return reach;
   }
 
-  // 2. Credits: a writer waits for the tasks earlier in program order, on the rank written, that
-  // read or write what it overwrites, unless those wait for the writer's operation themselves.
+  // 2. Credits: a writer waits for the tasks earlier in program order, of any rank, that read or
+  // write what it overwrites on the rank written, unless those wait for the writer's operation
+  // themselves.
   //
   // Only the frontier: the accesses (of tasks on that rank, processed in program order) that no
   // later write of that rank has covered. An access a write covers and waits for is ordered
@@ -334,11 +344,66 @@ class Deriver {
         // (every live access is: tasks go live once processed, in task order).
         // If the earlier task waits for the writer's operation, it reads the new data, not the old.
         if (other.op != writer.op && op_reach_[other.op][writer.op]) return;
+        if (a.write && p_.crosses_node(other.rank, wb.rank) &&
+            p_.crosses_node(writer.rank, wb.rank))
+          unordered_remote_writes(x, w, wb);
         producers->push_back(x);
         if (writer.rank == wb.rank && !forward_[writer.op] && contains(wb, *a.box))
           superseded->push_back({&idx, h});
       });
     }
+  }
+
+  // An earlier write by a peer that task t waits for, and whose box one of t's accesses covers,
+  // leaves the frontier once t's access is on it: a later writer of those elements waits for t's
+  // access (a credit), hence for the write. This keeps a peer's write into a ring slot from
+  // adding a credit edge where the slot's reader, which waited for that write, already gives one:
+  // every sample's plan is the same as before peers' accesses went on the frontier. (A rank's
+  // own writes could retire the same way; that would drop edges from today's kernels, which
+  // waits for a GPU run.) As with writes, an operation with dependencies on later operations
+  // retires nothing.
+  void retire_awaited(int t, std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>* superseded) {
+    const Task& task = p_.tasks[t];
+    if (forward_[task.op]) return;
+    for (const auto& entry : own_[t]) {
+      LiveSpanIndex<Access>* idx = entry.first;  // not a structured binding: captured below
+      const Box& mine = *idx->entry(entry.second).value.box;
+      const auto [first, end] = flat_span(p_.buffers[mine.buffer], mine);
+      idx->overlapping(first, end, [&](size_t other) {
+        const Access& a = idx->entry(other).value;
+        if (a.task != t && a.write && a.box->rank != p_.tasks[a.task].rank &&
+            contains(mine, *a.box) && ordered(a.task, t))
+          superseded->push_back({idx, other});
+      });
+    }
+  }
+
+  // `task` named with its operation's place in the schedule.
+  std::string placed(int task) const {
+    const Task& t = p_.tasks[task];
+    const compiler::OpInstance& o = p_.source->ops[t.op];
+    if (file_ == nullptr || o.decl == nullptr)
+      return fmt::format("`{}` on rank {}", t.label, t.rank);
+    const dsl::LineCol lc = file_->line_col(o.decl->span.begin);
+    return fmt::format("`{}` on rank {} ({}:{}:{})", t.label, t.rank, file_->path(), lc.line,
+                       lc.col);
+  }
+
+  // Task w overwrites, on rank wb.rank of another node, what task x wrote there from another node
+  // too. The proxies land a write in that node before the signals they send into it, so only a
+  // task of that node can wait for the landing; neither can, and no task there that waited for
+  // x's write covered it (retire_awaited), so nothing orders the two landings.
+  [[noreturn]] void unordered_remote_writes(int x, int w, const Box& wb) const {
+    throw UserError(fmt::format(
+        "schedule `{}` at {} ranks, {} per node: {} overwrites elements of `{}` on rank {} "
+        "(another "
+        "node) that {} wrote there first, and nothing orders the two writes' landing: a write "
+        "into another node is ordered only before tasks of that node, and no task of rank {} "
+        "that waits for the first write reads or writes all of it before the second; have one "
+        "(`after {}.chunk` on an operation of that rank that uses the data), write the elements "
+        "once, or keep the ranks on one node",
+        p_.schedule, p_.ranks, p_.per_node(), placed(w), p_.buffers[wb.buffer].name, wb.rank,
+        placed(x), wb.rank, p_.source->ops[p_.tasks[x].op].name));
   }
 
   static bool contains(const Box& outer, const Box& inner) {
@@ -363,6 +428,7 @@ class Deriver {
   }
 
   Plan& p_;
+  const dsl::SourceFile* file_;
   std::vector<std::vector<std::vector<int>>> by_op_rank_;
   std::map<std::tuple<int, int, int>, BoxIndex> writes_;  // (rank, buffer, op) -> its writes
   // (rank, buffer) -> the accesses of that rank's tasks, live while on the credit frontier.
@@ -384,8 +450,8 @@ class Deriver {
 
 }  // namespace
 
-void derive_dependencies(Plan& plan) {
-  Deriver(plan).run();
+void derive_dependencies(Plan& plan, const dsl::SourceFile* file) {
+  Deriver(plan, file).run();
 }
 
 }  // namespace mkc::plan

@@ -16,14 +16,18 @@
 // Every event lives on the rank that waits on it; the signal's hand-off kind follows from where the
 // producer runs (same GPU: a local counter; same node: a flag over NVLink; another node: the host
 // proxies, which deliver the task's writes into that node first, then the signal). A task that
-// reads memory of another node is a UserError: between nodes only the sender moves data.
+// reads memory of another node is a UserError: between nodes only the sender moves data. So is a
+// write that must wait for an earlier write into another node when neither runs on that node and
+// no task there that waited for the first write covers it: nothing would order the two landings.
 #pragma once
 
 #include "compiler/plan/plan.h"
+#include "dsl/source.h"
 
 namespace mkc::plan {
 
-// Nodes are plan.ranks_per_node consecutive ranks (the lowering sets it).
-void derive_dependencies(Plan& plan);
+// Nodes are plan.ranks_per_node consecutive ranks (the lowering sets it). `file`, when given,
+// places the operations an error names (file:line:col).
+void derive_dependencies(Plan& plan, const dsl::SourceFile* file = nullptr);
 
 }  // namespace mkc::plan

@@ -97,7 +97,9 @@ void Lowerer::lower_reduction(int i) {
   // overwrites X) comes after every send that reads X.
   for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
     const size_t chunk_first = plan_.tasks.size();
-    const auto& [lo, hi] = chunks[c];
+    // Named, not a structured binding: clang 14 (tools/fuzz.sh) cannot capture those.
+    const auto& lo = chunks[c].first;
+    const auto& hi = chunks[c].second;
     // Owners of the chunk: every rank (one-shot all-reduce), c mod R (two-shot), or for
     // reduce-scatter every rank for its own shard.
     std::vector<int64_t> owners;
@@ -187,7 +189,9 @@ void Lowerer::lower_hierarchical_allreduce(int i) {
   const abi::i64 code = reduce_code(op.reduce_op);
   for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
     const size_t chunk_first = plan_.tasks.size();
-    const auto& [lo, hi] = chunks[c];
+    // Named, not a structured binding: clang 14 (tools/fuzz.sh) cannot capture those.
+    const auto& lo = chunks[c].first;
+    const auto& hi = chunks[c].second;
     const int64_t o = c % L;
     const auto owner = [&](int64_t n) { return n * L + o; };
     const std::string name = fmt::format("{}.chunk({})", name_of(op), c);
@@ -252,7 +256,9 @@ void Lowerer::lower_allgather(int i) {
   const int64_t m = x.shape[0];
   for (int64_t s = 0; s < R(); ++s) {
     for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
-      const auto& [lo, hi] = chunks[c];
+      // Named, not a structured binding: clang 14 (tools/fuzz.sh) cannot capture those.
+      const auto& lo = chunks[c].first;
+      const auto& hi = chunks[c].second;
       std::vector<int64_t> ylo = lo, yhi = hi;
       ylo[0] += s * m;
       yhi[0] += s * m;

@@ -282,7 +282,9 @@ void Lowerer::lower_rows(int i) {
   const auto blocks = chunk_grid(shape, sizes);
   for (int64_t r = 0; r < R(); ++r) {
     for (size_t c = 0; c < blocks.size(); ++c) {
-      const auto& [lo, hi] = blocks[c];
+      // Named, not a structured binding: clang 14 (tools/fuzz.sh) cannot capture those.
+      const auto& lo = blocks[c].first;
+      const auto& hi = blocks[c].second;
       int64_t first = 0, count = 1;
       for (size_t d = 0; d < shape.size(); ++d) {
         first = first * shape[d] + lo[d];

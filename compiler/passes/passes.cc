@@ -58,7 +58,7 @@ Plan build_plan(const compiler::CheckedSchedule& schedule, const PassOptions& op
   if (lo.file == nullptr) lo.file = options.file;
   d.pass("lower", plan, options, Stage::kLowered, [&](Plan& p) { p = lower(schedule, lo); });
   d.pass("dependencies", plan, options, Stage::kDependencies,
-         [&](Plan& p) { derive_dependencies(p); });
+         [&](Plan& p) { derive_dependencies(p, options.file); });
   d.pass("schedule", plan, options, Stage::kScheduled, [&](Plan& p) {
     ScheduleOptions so;
     so.sms = options.sms;

@@ -88,6 +88,24 @@ bool Checker::want_symmetric(const TensorUse& u, const std::string& op, const ch
   return false;
 }
 
+bool Checker::want_not_in_place(const TensorUse& in, const TensorUse& out, const std::string& op) {
+  if (in.tensor != out.tensor) return true;
+  // Two slices of one tensor are apart when their indices differ somewhere both have one.
+  for (size_t d = 0; d < std::min(in.index.size(), out.index.size()); ++d) {
+    if (in.index[d] != out.index[d]) return true;
+  }
+  const Tensor& t = out_.tensors[out.tensor];
+  error(DiagKind::kBadArgument, out.span,
+        fmt::format("`{}` sends `{}` into the same elements of its peer's `{}`: every rank sends "
+                    "at once, so a peer's write would land on elements this rank has yet to send",
+                    op, t.name, t.name))
+      .note(in.span, "the elements sent")
+      .set_hint(
+          "send into another tensor or another slot of it (`buf[(step + 1) % 2]`, as "
+          "samples/ring_attention.mks does), then copy back if it must end where it started");
+  return false;
+}
+
 bool Checker::want_dtype(const TensorUse& u, bool (*ok)(DType), const std::string& what) {
   const Tensor& t = out_.tensors[u.tensor];
   if (ok(t.dtype)) return true;

@@ -613,7 +613,8 @@ bool Checker::check_shift(OpCheck& check) {
   inst->ints["by"] = by;
   return same_dtype(inst->inputs[0], inst->outputs[0], op.op) &&
          want_shape(inst->outputs[0], inst->inputs[0].shape, "shift") &&
-         want_symmetric(inst->outputs[0], name, "has a peer write into");
+         want_symmetric(inst->outputs[0], name, "has a peer write into") &&
+         want_not_in_place(inst->inputs[0], inst->outputs[0], name);
 }
 
 bool Checker::check_put(OpCheck& check) {
@@ -630,7 +631,8 @@ bool Checker::check_put(OpCheck& check) {
   if (!tensors_out(check, true)) return false;
   return same_dtype(inst->inputs[0], inst->outputs[0], op.op) &&
          want_shape(inst->outputs[0], inst->inputs[0].shape, "put") &&
-         want_symmetric(inst->outputs[0], name, "writes into a peer's");
+         want_symmetric(inst->outputs[0], name, "writes into a peer's") &&
+         want_not_in_place(inst->inputs[0], inst->outputs[0], name);
 }
 
 bool Checker::check_signal(OpCheck& check) {

@@ -180,6 +180,9 @@ class Checker {
   bool tensor_operand(const dsl::Operand& o, const LoopEnv& env, TensorUse* use, bool allow_peer,
                       const char* role);
   bool want_symmetric(const TensorUse& u, const std::string& op, const char* why);
+  // A send's source and destination are not the same elements: ranks send to each other at once,
+  // so one rank's write would land on what another rank has yet to send.
+  bool want_not_in_place(const TensorUse& in, const TensorUse& out, const std::string& op);
   bool want_dtype(const TensorUse& u, bool (*ok)(DType), const std::string& what);
   bool same_dtype(const TensorUse& a, const TensorUse& b, const std::string& op);
   bool want_shape(const TensorUse& u, const std::vector<int64_t>& want, const std::string& why);

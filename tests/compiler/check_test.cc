@@ -298,12 +298,14 @@ TEST_CASE("a loop-carried read without a wait is a race") {
 
 TEST_CASE("peer indices are taken modulo R and may not divide by zero on any rank") {
   const Checked ok = check_text(R"(schedule s { ranks R
-    input X : f32[64] symmetric
-    comm p = put(X -> peer(rank - 1).X) })");
+    input X : f32[64]
+    output Y : f32[64] symmetric
+    comm p = put(X -> peer(rank - 1).Y) })");
   CHECK(ok.errors.empty());
   const Checked bad = check_text(R"(schedule s { ranks R
-    input X : f32[64] symmetric
-    comm p = put(X -> peer(4 / rank).X) })");
+    input X : f32[64]
+    output Y : f32[64] symmetric
+    comm p = put(X -> peer(4 / rank).Y) })");
   CHECK(bad.errors.find("[division-by-zero]") != std::string::npos);
 }
 
@@ -331,8 +333,9 @@ TEST_CASE("compiler::evaluate gives the values the checker saw, negative divisor
   CheckOptions opts;
   opts.ranks = {2};
   const Checked c = check_text(R"(schedule s { ranks R
-    input X : f32[64] symmetric
-    comm p = put(X -> peer(cdiv(rank - 4, 2) + 7 % (rank - 3)).X) })",
+    input X : f32[64]
+    output Y : f32[64] symmetric
+    comm p = put(X -> peer(cdiv(rank - 4, 2) + 7 % (rank - 3)).Y) })",
                                opts);
   REQUIRE_MESSAGE(c.errors.empty(), c.errors);
   const CheckedSchedule& s = c.schedules[0];
