@@ -1,11 +1,18 @@
 #include "runtime/capi.h"
 
+#include <fmt/format.h>
+
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
+#include "compiler/pipeline.h"
 #include "compiler/sema/check.h"
+#include "dsl/diagnostics.h"
+#include "dsl/source.h"
 #include "runtime/api.h"
 #include "support/error.h"
 
@@ -50,9 +57,111 @@ std::map<std::string, int64_t> parse_defines(const char* text) {
   return options.defines;
 }
 
+const char* kind_name(mkc::dsl::TensorKind k) {
+  switch (k) {
+    case mkc::dsl::TensorKind::kInput:
+      return "input";
+    case mkc::dsl::TensorKind::kOutput:
+      return "output";
+    case mkc::dsl::TensorKind::kScratch:
+      return "scratch";
+  }
+  return "?";
+}
+
+// The compile's result as mkc_inspect describes it.
+nlohmann::json inspect(const char* name, const char* text, const char* defines, int ranks,
+                       int ranks_per_node) {
+  if (name == nullptr || text == nullptr) throw mkc::UserError("mkc_inspect: null argument");
+  if (ranks < 1) throw mkc::UserError(fmt::format("mkc_inspect: {} ranks; give at least 1", ranks));
+  mkc::compiler::CheckOptions co;
+  co.ranks = {ranks};
+  co.ranks_per_node = ranks_per_node;
+  co.defines = parse_defines(defines);
+  const auto file = std::make_shared<mkc::dsl::SourceFile>(name, text);
+  const auto c = mkc::compiler::compile_file(
+      file, co, "", /*generate=*/ranks_per_node == 0 || ranks_per_node >= ranks);
+  nlohmann::json j;
+  j["ok"] = c->ok();
+  if (!c->ok()) {
+    j["diagnostics"] = nlohmann::json::array();
+    for (const auto& d : c->diagnostics.all()) j["diagnostics"].push_back(mkc::dsl::to_json(d));
+    j["rendered"] = mkc::dsl::render_text(c->diagnostics.all(), false);
+    return j;
+  }
+  if (c->checked.size() != 1) {
+    throw mkc::UserError(
+        fmt::format("{} holds {} schedules; a kernel takes one", name, c->checked.size()));
+  }
+  const auto& s = c->checked[0];
+  j["schedule"] = s.name;
+  j["ranks"] = ranks;
+  j["ranks_per_node"] = ranks_per_node;
+  j["summary"] = mkc::plan::summary(c->plans[0]);
+  j["kernel_name"] = c->kernels.empty() ? "" : c->kernels[0].kernel_name;
+  j["paths"] = c->kernels.empty() ? std::vector<std::string>{} : c->kernels[0].paths;
+  j["tensors"] = nlohmann::json::array();
+  for (const auto& t : s.tensors) {
+    j["tensors"].push_back({{"name", t.name},
+                            {"dtype", mkc::compiler::dtype_name(t.dtype)},
+                            {"shape", t.shape},
+                            {"kind", kind_name(t.kind)},
+                            {"symmetric", t.placement == mkc::dsl::Placement::kSymmetric}});
+  }
+  return j;
+}
+
+char* copy_out(const std::string& text) {
+  char* out = static_cast<char*>(std::malloc(text.size() + 1));
+  if (out != nullptr) std::memcpy(out, text.c_str(), text.size() + 1);
+  return out;
+}
+
 }  // namespace
 
 extern "C" {
+
+int mkc_abi_version(void) {
+  return MKC_ABI_VERSION;
+}
+
+int mkc_inspect(const char* name, const char* text, const char* defines, int ranks,
+                int ranks_per_node, char** json) {
+  if (json == nullptr) return mkc::kExitUserError;
+  std::string msg;
+  int rc = mkc::kExitOk;
+  try {
+    *json = copy_out(inspect(name, text, defines, ranks, ranks_per_node).dump());
+    return *json == nullptr ? mkc::kExitEnvironment : mkc::kExitOk;
+  } catch (const mkc::UserError& e) {
+    msg = e.what();
+    rc = mkc::kExitUserError;
+  } catch (const std::exception& e) {
+    msg = e.what();
+    rc = mkc::kExitEnvironment;
+  }
+  *json = copy_out(nlohmann::json{{"ok", false}, {"error", msg}}.dump());
+  return rc;
+}
+
+void mkc_free_string(char* s) {
+  std::free(s);
+}
+
+int mkc_compile_string(const char* name, const char* text, const char* defines, int ranks,
+                       int ranks_per_node, mkc_kernel** out, char* err, int err_len) {
+  return guarded(err, err_len, [&] {
+    if (name == nullptr || text == nullptr || out == nullptr)
+      throw mkc::UserError("mkc_compile_string: null argument");
+    mkc::KernelOptions o;
+    o.defines = parse_defines(defines);
+    o.ranks = ranks;
+    o.ranks_per_node = ranks_per_node;
+    o.share_gpus = true;
+    o.use_launcher = false;
+    *out = new mkc_kernel{mkc::Kernel::from_string(name, text, o)};
+  });
+}
 
 int mkc_compile_file(const char* path, const char* defines, int ranks, mkc_kernel** out, char* err,
                      int err_len) {

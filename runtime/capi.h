@@ -21,6 +21,29 @@ extern "C" {
 
 typedef struct mkc_kernel mkc_kernel;
 
+/* The version of this API: 2 added mkc_inspect, mkc_compile_string and mkc_free_string. A caller
+ * built for another version should refuse the library (python/mkc does). */
+#define MKC_ABI_VERSION 2
+int mkc_abi_version(void);
+
+/* Checks, plans and generates the schedule `text` (`name` is the file name its diagnostics use)
+ * for `ranks` ranks, `ranks_per_node` per node (0: one node), with `defines` as in
+ * mkc_compile_file; needs no GPU and no NVRTC. *json gets a malloc'ed JSON text (release it with
+ * mkc_free_string) on every return:
+ *   {"ok": true, "schedule", "ranks", "ranks_per_node", "kernel_name", "summary", "paths": [...],
+ *    "tensors": [{"name", "dtype", "shape", "kind": "input|output|scratch", "symmetric"}]}
+ *   {"ok": false, "diagnostics": [{"severity", "kind", "message", "file", "line", "column",
+ *    "hint", "notes"}], "rendered": the text `mkc check` prints}       (returns 0 too)
+ *   {"ok": false, "error": message}  when the call itself failed (returns 1 or 2) */
+int mkc_inspect(const char* name, const char* text, const char* defines, int ranks,
+                int ranks_per_node, char** json);
+void mkc_free_string(char* s);
+
+/* mkc_compile_file for a schedule's text (`name` as in mkc_inspect) and a number of ranks per
+ * node (0: $MKC_RANKS_PER_NODE, else one node). */
+int mkc_compile_string(const char* name, const char* text, const char* defines, int ranks,
+                       int ranks_per_node, mkc_kernel** out, char* err, int err_len);
+
 /* Compiles the schedule in `path` with `defines` ("NAME=VALUE,NAME=VALUE", may be empty or null;
  * each item as `mkc -D` takes it) for `ranks` ranks in this process (0: one per GPU; ranks may
  * share GPUs). */

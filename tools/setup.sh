@@ -16,7 +16,7 @@ packages=(
   libibverbs-dev
   clang-14 libclang-rt-14-dev clang-format
   libclang-14-dev libclang-cpp14-dev llvm-14-dev
-  python3
+  python3 python3-venv
 )
 
 missing=()

@@ -1,0 +1,15 @@
+"""mkc from Python: a .mks schedule compiled into one persistent multi-GPU kernel, launched on a
+framework's tensors (PyTorch, or any GPU array with __cuda_array_interface__ or DLPack).
+
+    import mkc
+    k = mkc.compile("samples/gemm_allreduce.mks", M=256, N=1024, K=512)
+    k.tensors["C"]                   # TensorSpec(name='C', dtype='bf16', shape=(256, 1024), ...)
+    k(A=a, B=b, C=c)                 # on the current stream, no host synchronisation
+
+docs/PYTHON.md says what is built and what is not yet.
+"""
+from ._errors import MkcError, ScheduleError, TensorError
+from ._kernel import Kernel, TensorSpec, compile
+
+__version__ = "0.1.0"
+__all__ = ["compile", "Kernel", "TensorSpec", "MkcError", "ScheduleError", "TensorError"]

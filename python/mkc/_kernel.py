@@ -1,0 +1,217 @@
+"""mkc.compile and the Kernel it returns."""
+import ctypes
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+from . import _lib, _tensors
+from ._errors import MkcError, ScheduleError
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One of the schedule's tensors, as the compile fixed it."""
+    name: str
+    dtype: str        # "bf16", "f16", "f32", "f64", "fp8_e4m3", "fp8_e5m2", "i32", "i64"
+    shape: tuple
+    kind: str         # "input", "output" or "scratch"
+    symmetric: bool   # on mkc's symmetric heap: peers read or write it
+
+
+def _defines_text(defines):
+    items = []
+    for name, value in defines.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"mkc.compile: parameter {name}={value!r} is not an integer")
+        items.append(f"{name}={value}")
+    return ",".join(items)
+
+
+def _world(group, ranks, ranks_per_node):
+    """(ranks, ranks_per_node, rank) from the arguments, a torch.distributed group, or one
+    process alone."""
+    rank = 0
+    if group is not None:
+        dist = sys.modules.get("torch.distributed")
+        if dist is None:
+            raise TypeError("mkc.compile: group= takes a torch.distributed process group")
+        if ranks not in (None, dist.get_world_size(group)):
+            raise ValueError(f"mkc.compile: ranks={ranks}, but the group has "
+                             f"{dist.get_world_size(group)}")
+        ranks, rank = dist.get_world_size(group), dist.get_rank(group)
+        if ranks_per_node is None and os.environ.get("LOCAL_WORLD_SIZE"):
+            ranks_per_node = int(os.environ["LOCAL_WORLD_SIZE"])
+    if ranks is None:
+        ranks = 1
+    if not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"mkc.compile: ranks={ranks!r}; give a world size of at least 1")
+    return ranks, ranks_per_node or 0, rank
+
+
+def compile(schedule, *, ranks=None, ranks_per_node=None, group=None, name=None, **params):
+    """Compiles a schedule: a .mks file's path, or its text (anything holding a newline or a `{`).
+
+    `params` set the schedule's parameters (-D NAME=VALUE); the world is `ranks` (and
+    `ranks_per_node`), or `group`'s (a torch.distributed process group), else one rank. Needs no
+    GPU: the kernel is JIT-compiled for the GPU at its first launch. Raises ScheduleError, with
+    each diagnostic's place, when the schedule has errors."""
+    if not isinstance(schedule, str):
+        raise TypeError("mkc.compile: the schedule is a path or the text of a .mks file")
+    if "\n" in schedule or "{" in schedule:
+        text, source = schedule, name or "<string>.mks"
+    else:
+        try:
+            with open(schedule, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise FileNotFoundError(f"mkc.compile: cannot read {schedule}: {e.strerror}") from None
+        source = name or schedule
+    nranks, per_node, rank = _world(group, ranks, ranks_per_node)
+    defines = _defines_text(params)
+    lib = _lib.lib()
+    out = ctypes.c_void_p()
+    rc = lib.mkc_inspect(source.encode(), text.encode(), defines.encode(), nranks, per_node,
+                         ctypes.byref(out))
+    try:
+        info = json.loads(ctypes.string_at(out.value).decode()) if out.value else {}
+    finally:
+        if out.value:
+            lib.mkc_free_string(out)
+    if rc != 0 and "error" in info:
+        if rc == 1:
+            raise ScheduleError(info["error"], [])
+        raise MkcError(info["error"])
+    if not info.get("ok"):
+        raise ScheduleError(info.get("rendered", "the schedule has errors"),
+                            info.get("diagnostics", []))
+    return Kernel(info, source, text, defines, nranks, per_node, rank, group)
+
+
+class Kernel:
+    """A compiled schedule: its tensors, its compile summary, and (on a GPU) its launches.
+
+    k(A=a, B=b, C=c) binds the tensors given (checked against the schedule: dtype, shape, device,
+    layout) and launches on the framework's current stream, without waiting."""
+
+    def __init__(self, info, source, text, defines, ranks, ranks_per_node, rank, group):
+        self.schedule = info["schedule"]
+        self.source = source
+        self.ranks = ranks
+        self.ranks_per_node = ranks_per_node
+        self.rank = rank
+        self.summary = info.get("summary", "")
+        self.paths = info.get("paths", [])
+        self.kernel_name = info.get("kernel_name", "")
+        self.tensors = {t["name"]: TensorSpec(t["name"], t["dtype"], tuple(t["shape"]), t["kind"],
+                                              t["symmetric"]) for t in info["tensors"]}
+        self._text, self._defines, self._group = text, defines, group
+        self._handle = None
+        self._bound = {}
+
+    def __repr__(self):
+        return (f"<mkc.Kernel {self.schedule} for {self.ranks} rank(s): "
+                f"{', '.join(self.tensors)}>")
+
+    def spec(self, name):
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise KeyError(f"schedule `{self.schedule}` has no tensor `{name}` (it has "
+                           f"{', '.join(self.tensors)})") from None
+
+    def check(self, name, tensor):
+        """The device address the kernel would use for `tensor` as the schedule's `name`, after
+        checking it; raises TensorError naming `name` when it does not fit."""
+        return _tensors.check(tensor, self.spec(name))
+
+    # ---- on a GPU ----------------------------------------------------------------------------
+    def _gpu(self):
+        if self._handle is None:
+            if self._group is not None and self.ranks > 1:
+                raise MkcError("mkc: launching one rank per process through a process group is "
+                               "not built yet (docs/PYTHON.md); use ranks in one process")
+            lib = _lib.lib()
+            err = ctypes.create_string_buffer(16384)
+            handle = ctypes.c_void_p()
+            rc = lib.mkc_compile_string(self.source.encode(), self._text.encode(),
+                                        self._defines.encode(), self.ranks, self.ranks_per_node,
+                                        ctypes.byref(handle), err, len(err))
+            if rc != 0:
+                raise MkcError(err.value.decode(errors="replace"))
+            self._handle = handle
+        return self._handle
+
+    def _call(self, fn, *args, what):
+        err = ctypes.create_string_buffer(16384)
+        if fn(*args, err, len(err)) != 0:
+            raise MkcError(f"mkc {what}: {err.value.decode(errors='replace')}")
+
+    def bind(self, name, tensor, rank=None):
+        """The kernel reads and writes `tensor` as the schedule's `name` (of `rank`, default this
+        process's) from the next launch on; no copy."""
+        ptr = self.check(name, tensor)
+        rank = self.rank if rank is None else rank
+        lib = _lib.lib()
+        self._call(lib.mkc_bind, self._gpu(), name.encode(), rank, ctypes.c_void_p(ptr),
+                   what=f"bind {name}")
+        self._bound[(name, rank)] = tensor  # kept alive while bound
+
+    def launch(self, stream=None, **tensors):
+        """Binds `tensors` (by the schedule's names) and enqueues one launch of every local rank on
+        `stream` (a CUDA stream handle, a torch.cuda.Stream; default the framework's current
+        stream)."""
+        for name, t in tensors.items():
+            self.bind(name, t)
+        lib = _lib.lib()
+        self._call(lib.mkc_launch_async, self._gpu(), ctypes.c_void_p(_stream_handle(stream)),
+                   what="launch")
+
+    __call__ = launch
+
+    def synchronize(self):
+        lib = _lib.lib()
+        self._call(lib.mkc_synchronize, self._gpu(), what="synchronize")
+
+    def trace(self, path):
+        """One traced launch (waits for it), written to `path` as Chrome/Perfetto JSON."""
+        lib = _lib.lib()
+        self._call(lib.mkc_trace, self._gpu(), path.encode(), what="trace")
+
+    def data_ptr(self, name, rank=None):
+        """The device address of `name` (of `rank`) the kernel uses: for symmetric tensors the
+        job's heap."""
+        self.spec(name)
+        lib = _lib.lib()
+        out = ctypes.c_void_p()
+        self._call(lib.mkc_data, self._gpu(), name.encode(), self.rank if rank is None else rank,
+                   ctypes.byref(out), what=f"data {name}")
+        return out.value or 0
+
+    def close(self):
+        if self._handle is not None:
+            _lib.lib().mkc_free(self._handle)
+            self._handle = None
+            self._bound.clear()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+
+def _stream_handle(stream):
+    if stream is None:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            return torch.cuda.current_stream().cuda_stream
+        return 0
+    if isinstance(stream, int):
+        return stream
+    handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
+    if handle is None:
+        handle = getattr(stream, "ptr", None)  # cupy.cuda.Stream
+    if handle is None:
+        raise TypeError(f"mkc: stream={stream!r} is neither a handle nor a CUDA stream object")
+    return int(handle)

@@ -1,0 +1,189 @@
+"""The mkc package on a machine without a GPU (CI): compile, the kernel's description, schedule
+errors with their place, and tensors checked against the schedule. Runs against the installed
+wheel (python/tests/wheel_test.sh installs it into a fresh virtual environment)."""
+import ctypes
+import os
+import subprocess
+import sys
+import unittest
+
+import mkc
+from mkc._tensors import _DLDataType, _DLDevice  # the package's own DLPack layout
+
+SAMPLES = os.environ.get("MKC_SAMPLES", "samples")
+
+GEMM_AR = os.path.join(SAMPLES, "gemm_allreduce.mks")
+
+
+class FakeCudaArray:
+    """A GPU array as CuPy or Numba present one (__cuda_array_interface__ v3), at an address
+    nobody reads: the checks look at the description only."""
+
+    def __init__(self, shape, typestr="<f4", strides=None, ptr=0x7f0000000000):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr,
+                                         "data": (ptr, False), "strides": strides, "version": 3}
+
+
+class _DLManaged(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64),
+                ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+class FakeDLPack:
+    """An array exported through DLPack (what JAX and PyTorch hand out), with its own capsule."""
+
+    def __init__(self, shape, code=4, bits=16, device_type=2, ptr=0x7f0000000000):
+        self._shape = (ctypes.c_int64 * len(shape))(*shape)
+        self._t = _DLManaged(ptr, _DLDevice(device_type, 0), len(shape),
+                             _DLDataType(code, bits, 1), self._shape, None, 0, None, None)
+
+    def __dlpack__(self, stream=None):
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype = ctypes.py_object
+        new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(self._t), b"dltensor", None)
+
+
+class CompileTest(unittest.TestCase):
+    def test_a_sample_compiles_without_a_gpu_and_describes_itself(self):
+        k = mkc.compile(GEMM_AR, ranks=2, M=256, N=1024, K=512)
+        self.assertIsInstance(k, mkc.Kernel)
+        self.assertEqual(k.schedule, "gemm_allreduce")
+        self.assertEqual(k.ranks, 2)
+        self.assertEqual(set(k.tensors), {"A", "B", "C"})
+        self.assertEqual(k.tensors["A"], mkc.TensorSpec("A", "bf16", (256, 512), "input", False))
+        self.assertEqual(k.tensors["C"].shape, (256, 1024))
+        self.assertTrue(k.tensors["C"].symmetric)
+        self.assertIn("tasks", k.summary)
+        self.assertTrue(any("gemm_tile" in p for p in k.paths))
+        self.assertEqual(k.kernel_name, "mkc_gemm_allreduce")
+
+    def test_parameters_change_the_shapes_and_the_world_changes_the_plan(self):
+        a = mkc.compile(GEMM_AR, ranks=1, M=128, N=256, K=64)
+        b = mkc.compile(GEMM_AR, ranks=4, M=128, N=256, K=64)
+        self.assertEqual(a.tensors["B"].shape, (64, 256))
+        self.assertNotEqual(a.summary, b.summary)
+        nodes = mkc.compile(GEMM_AR, ranks=4, ranks_per_node=2, M=128, N=256, K=64)
+        self.assertEqual(nodes.ranks_per_node, 2)
+
+    def test_source_text_compiles_too(self):
+        k = mkc.compile("schedule s {\n  input X : f32[64]\n  output Y : f32[64]\n"
+                        "  compute c = copy(X -> Y)\n}\n", name="copy.mks")
+        self.assertEqual(k.schedule, "s")
+        self.assertEqual(k.source, "copy.mks")
+        self.assertEqual(k.tensors["Y"].kind, "output")
+
+    def test_schedule_errors_carry_their_place(self):
+        text = "schedule s {\n  input X : f33[4]\n  output Y : f32[4]\n}\n"
+        with self.assertRaises(mkc.ScheduleError) as cm:
+            mkc.compile(text, name="bad.mks")
+        e = cm.exception
+        self.assertIsInstance(e, ValueError)
+        self.assertEqual((e.file, e.line, e.column, e.kind), ("bad.mks", 2, 13, "unknown-dtype"))
+        self.assertIn("f32", e.hint)
+        self.assertIn("bad.mks:2:13: error: unknown element type `f33` [unknown-dtype]", str(e))
+        self.assertEqual(len(e.diagnostics), 1)
+        self.assertEqual(e.diagnostics[0]["severity"], "error")
+
+    def test_every_error_is_reported(self):
+        text = ("schedule s {\n  input X : f32[4]\n  output Y : f32[8]\n"
+                "  compute c = copy(X -> Y)\n  compute d = copy(Z -> Y)\n}\n")
+        with self.assertRaises(mkc.ScheduleError) as cm:
+            mkc.compile(text)
+        kinds = [d["kind"] for d in cm.exception.diagnostics]
+        self.assertIn("shape-mismatch", kinds)
+        self.assertIn("undefined-name", kinds)
+
+    def test_bad_parameters_and_worlds(self):
+        with self.assertRaises(mkc.ScheduleError) as cm:
+            mkc.compile(GEMM_AR, ranks=2, Q=3)
+        self.assertIn("Q", str(cm.exception))
+        with self.assertRaises(TypeError):
+            mkc.compile(GEMM_AR, M="big")
+        with self.assertRaises(ValueError):
+            mkc.compile(GEMM_AR, ranks=0)
+        with self.assertRaises(FileNotFoundError):
+            mkc.compile("no/such/file.mks")
+        mkc.compile(GEMM_AR, ranks=3, M=256, N=1024, K=512)  # an odd world is fine
+        with self.assertRaises(mkc.ScheduleError) as cm:
+            mkc.compile("schedule s {\n  ranks R\n  input X : f32[7 / R]\n}\n", ranks=2)
+        self.assertIn("inexact-division", str(cm.exception))
+
+
+class TensorTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.k = mkc.compile("schedule s {\n  input X : f32[4, 8]\n  input H : bf16[16]\n"
+                            "  output Y : f32[4, 8]\n  output G : bf16[16]\n"
+                            "  compute c = copy(X -> Y)\n  compute d = copy(H -> G)\n}\n")
+
+    def assertTensorError(self, name, obj, *words):
+        with self.assertRaises(mkc.TensorError) as cm:
+            self.k.check(name, obj)
+        self.assertEqual(cm.exception.tensor, name)
+        self.assertIn(f"tensor `{name}`", str(cm.exception))
+        for w in words:
+            self.assertIn(w, str(cm.exception))
+
+    def test_a_fitting_array_gives_its_address(self):
+        self.assertEqual(self.k.check("X", FakeCudaArray((4, 8))), 0x7f0000000000)
+        self.assertEqual(self.k.check("X", FakeCudaArray((4, 8), strides=(32, 4))), 0x7f0000000000)
+        self.assertEqual(self.k.check("H", FakeDLPack((16,))), 0x7f0000000000)
+
+    def test_wrong_dtype(self):
+        self.assertTensorError("X", FakeCudaArray((4, 8), "<f2"), "f32", "f16")
+        self.assertTensorError("H", FakeDLPack((16,), code=2, bits=32), "bf16", "f32")
+
+    def test_wrong_shape(self):
+        self.assertTensorError("X", FakeCudaArray((8, 4)), "[4, 8]", "[8, 4]")
+        self.assertTensorError("H", FakeDLPack((15,)), "[16]", "[15]")
+
+    def test_not_contiguous(self):
+        self.assertTensorError("X", FakeCudaArray((4, 8), strides=(4, 16)), "contiguous")
+
+    def test_host_memory(self):
+        self.assertTensorError("H", FakeDLPack((16,), device_type=1), "cpu memory")
+
+    def test_misaligned(self):
+        self.assertTensorError("X", FakeCudaArray((4, 8), ptr=0x7f0000000004), "aligned")
+
+    def test_not_an_array(self):
+        self.assertTensorError("X", [1.0, 2.0], "list")
+
+    def test_unknown_tensor(self):
+        with self.assertRaises(KeyError) as cm:
+            self.k.check("Z", FakeCudaArray((4, 8)))
+        self.assertIn("X, H, Y, G", str(cm.exception))
+
+
+class LibraryTest(unittest.TestCase):
+    def run_python(self, code, **env):
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={**os.environ, **env}, timeout=60)
+
+    def test_import_loads_no_library(self):
+        r = self.run_python("import mkc, sys; print(mkc.__version__); "
+                            "print('mkc._lib' in sys.modules and mkc._lib._lib is None)",
+                            MKC_LIB="/nonexistent/libmkc.so")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), [mkc.__version__, "True"])
+
+    def test_a_missing_library_is_a_clear_error(self):
+        r = self.run_python("import mkc\ntry:\n  mkc.compile('schedule s {\\n}\\n')\n"
+                            "except mkc.MkcError as e:\n  print(e)",
+                            MKC_LIB="/nonexistent/libmkc.so")
+        self.assertIn("no libmkc.so at /nonexistent/libmkc.so", r.stdout)
+
+    @unittest.skipIf(os.path.exists("/dev/nvidia0"), "a GPU is present")
+    def test_the_first_launch_without_a_gpu_says_so(self):
+        k = mkc.compile("schedule s {\n  input X : f32[64]\n  output Y : f32[64]\n"
+                        "  compute c = copy(X -> Y)\n}\n")
+        with self.assertRaises(mkc.MkcError) as cm:
+            k.launch()
+        self.assertIn("GPU", str(cm.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
