@@ -274,19 +274,44 @@ class Deriver {
   // 1. Data edges: the tasks of the operations t's operation is `after` (with .tile/.chunk only
   // those whose writes overlap what t reads; without, all of them that announce to t's rank), and
   // earlier tasks of t's own operation whose writes it reads.
+  //
+  // An operation with no task that concerns t's rank (an in-place all-reduce at one rank, a put
+  // from another rank only) stands for what it waits for: t waits for those, as a whole, so that
+  // `c after b after a` orders c after a on every rank even where b is empty. (Without it, c
+  // raced with a at R 1: tests/fuzz/mks_gen.h found it.)
   void data_edges(int t, std::vector<int>* producers) {
     const Task& task = p_.tasks[t];
     const compiler::OpInstance& op = p_.source->ops[task.op];
+    auto whole = [&](int o) {
+      const std::vector<int>& all = by_op_rank_[o][task.rank];
+      if (all.size() >= 2) {
+        whole_op_edge(o, t);
+      } else {
+        producers->insert(producers->end(), all.begin(), all.end());
+      }
+    };
+    std::vector<int> empty_ops;  // dependencies with nothing on this rank, to stand in for
     for (const compiler::Dependency& d : op.deps) {
-      if (d.granule == compiler::Granule::kAll) {
-        const std::vector<int>& all = by_op_rank_[d.op][task.rank];
-        if (all.size() >= 2) {
-          whole_op_edge(d.op, t);
-        } else {
-          producers->insert(producers->end(), all.begin(), all.end());
-        }
+      if (by_op_rank_[d.op][task.rank].empty()) {
+        empty_ops.push_back(d.op);
+      } else if (d.granule == compiler::Granule::kAll) {
+        whole(d.op);
       } else {
         writers_of(t, d.op, [&](int pt) { producers->push_back(pt); });
+      }
+    }
+    std::vector<int> seen;
+    while (!empty_ops.empty()) {
+      const int o = empty_ops.back();
+      empty_ops.pop_back();
+      if (std::find(seen.begin(), seen.end(), o) != seen.end()) continue;
+      seen.push_back(o);
+      for (const compiler::Dependency& d : p_.source->ops[o].deps) {
+        if (by_op_rank_[d.op][task.rank].empty()) {
+          empty_ops.push_back(d.op);
+        } else {
+          whole(d.op);
+        }
       }
     }
     writers_of(t, task.op, [&](int pt) {

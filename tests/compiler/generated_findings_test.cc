@@ -51,6 +51,23 @@ TEST_CASE("`after` chains through an operation whose tasks write only into peers
   }
 }
 
+// The same chain where the middle operation has no task on the rank: an all-reduce in place at
+// one rank lowers to nothing, so `c after b` waited for nothing and c raced with a on S.
+TEST_CASE("`after` chains through an operation with no task on the rank") {
+  const std::string body =
+      "  input   A : f32[6, 3]\n"
+      "  scratch S : f32[6, 3] symmetric\n"
+      "  output  Y : f32[6, 3]\n"
+      "  compute a = copy(A -> S)\n"
+      "  comm    b = allreduce(S, sum) after a.tile\n"
+      "  compute c = copy(S -> Y) after b\n";
+  for (int64_t r : {1, 2, 3}) {
+    INFO("R ", r);
+    const auto v = verify(body, r);
+    CHECK_MESSAGE(v.exit_code == 0, v.errors);
+  }
+}
+
 // Two shifts from one sender into the same elements of the receiver, with no reader between:
 // a peer's write was not on the credit frontier, so the second did not wait for the first.
 TEST_CASE("a second write into a peer's elements waits for the first; across nodes it is refused") {

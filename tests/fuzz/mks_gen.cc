@@ -85,6 +85,19 @@ constexpr Tensor kTensors[] = {
     {"Rd", "output  Rd : f32[N]", false, false, false},
     {"GA", "input   GA : bf16[N, 32]", false, false, false},
     {"GB", "input   GB : bf16[32, W]", false, false, false},
+    // A ring attention block's (ring_block) and an MoE block's (moe_block) own tensors.
+    {"AQ", "input   AQ : bf16[2, 8, 16]", false, false, false},
+    {"AKV", "input   AKV : bf16[2, 2, 8, 16]", false, false, false},
+    {"AB", "scratch AB : bf16[2, 2, 2, 8, 16] symmetric", true, false, false},
+    {"AO", "output  AO : bf16[2, 8, 16]", false, false, false},
+    {"MX", "input   MX : bf16[8, 16]", false, false, false},
+    {"MR", "input   MR : i32[8, 2]", false, false, false},
+    {"MG", "input   MG : f32[8, 2]", false, false, false},
+    {"MW", "input   MW : bf16[2, 16, 16]", false, false, false},
+    {"MXr", "scratch MXr : bf16[16 * R, 16] symmetric", true, false, false},
+    {"MC", "scratch MC : i32[R, 2] symmetric", true, false, false},
+    {"MYr", "scratch MYr : bf16[16 * R, 16]", false, false, false},
+    {"MY", "output  MY : bf16[8, 16] symmetric", true, false, false},
 };
 
 struct Op {
@@ -112,6 +125,8 @@ class Generator {
     for (int d = 0; d < devices; ++d) s += device(d, &out.hostile_body);
     make_ops(0);
     s += render_ops();
+    if (c_.chance(30)) s += ring_block();
+    if (c_.chance(30)) s += moe_block();
     if (c_.chance(10))
       s += "  roles compute = " + pick_of({"4", "100", "131", "0"}) + ", comm = 2\n";
     s += "}\n";
@@ -260,6 +275,45 @@ class Generator {
     if (c_.chance(1)) op.comm = !op.comm;
     op.name = op_name();
     return op;
+  }
+
+  // `text` most of the time; now and then `other` (a dependency dropped, a slot changed).
+  std::string usually(const std::string& text, const std::string& other = "") {
+    return c_.chance(8) ? other : text;
+  }
+
+  // Ring attention as samples/ring_attention.mks writes it (K,V blocks travel by shift between two
+  // slots while each rank attends to the block it holds), causal or not, perturbed.
+  std::string ring_block() {
+    const bool causal = c_.chance(40);
+    const std::string slot = usually("s % 2", "(s + 1) % 2"),
+                      next = usually("(s + 1) % 2", "s % 2");
+    std::string deps_kv =
+        usually("ai") + usually(", kv[s - 1].chunk") + usually(", at[s - 1].tile");
+    std::string deps_at =
+        usually("ai") + usually(", kv[s - 1].chunk") + usually(", at[s - 1].tile");
+    if (!deps_kv.empty() && deps_kv[0] == ',') deps_kv.erase(0, 2);
+    if (!deps_at.empty() && deps_at[0] == ',') deps_at.erase(0, 2);
+    return "  compute ai = copy(AKV -> AB[0])\n  loop s in 0 .. " + usually("R", "R + 1") +
+           " {\n    comm    kv = shift(AB[" + slot + "] -> AB[" + next + "]) chunk(" +
+           pick_of({"8, 16", "1, 16", "3, 5"}) + ")" + usually(" when(s < R - 1)") +
+           (deps_kv.empty() ? "" : " after " + deps_kv) + "\n    compute at = attention(AQ, AB[" +
+           slot + ", 0], AB[" + slot + ", 1] -> AO, accumulate = 1" +
+           (causal ? ", causal = 1, q_start = rank * 8, k_start = ((rank - s) % R) * 8" : "") +
+           ")" + (c_.chance(30) ? " tile(" + pick_of({"4", "8", "3"}) + ")" : "") +
+           (deps_at.empty() ? "" : " after " + deps_at) + "\n  }\n";
+  }
+
+  // MoE dispatch, a grouped GEMM and combine (samples/moe_ffn_combine.mks), perturbed.
+  std::string moe_block() {
+    std::string s = "  comm    md = alltoall(MX -> MXr, route = MR, counts = MC, experts = " +
+                    pick_of({"2 * R", "2 * R", "R"}) + ") chunk(1, 16)\n";
+    s += "  compute mg = grouped_gemm(MXr, MW -> MYr, counts = MC)" +
+         (c_.chance(30) ? " tile(" + pick_of({"64, 16", "128, 16", "3, 8"}) + ")" : "") +
+         usually(" after md.chunk", usually("", " after md")) + "\n";
+    s += "  comm    mc = combine(MYr -> MY, dispatch = md, weights = MG) chunk(1, 16)" +
+         usually(" after mg.tile", usually("", " after mg")) + "\n";
+    return s;
   }
 
   // Operations of one level: top level (depth 0) or a loop's body.

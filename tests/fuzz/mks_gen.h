@@ -5,8 +5,10 @@
 // loops (nested, empty, switched off by `when`), names that clash (a loop operation named like a
 // parameter, a tensor, a top-level operation or another loop's operation), `after` in every
 // direction (backward, forward, at itself, into earlier and later iterations, per tile or chunk of
-// the wrong kind), comm into symmetric ring slots, and device bodies with comments, literals,
-// digraphs, digit separators, line splices and directives, in code and hidden in comments.
+// the wrong kind), comm into symmetric ring slots, a ring attention and an MoE dispatch + grouped
+// GEMM + combine with dependencies dropped or slots swapped, and device bodies with comments,
+// literals, digraphs, digit separators, line splices and directives, in code and hidden in
+// comments.
 //
 // Two front ends share it: tests/fuzz/mks_gen_fuzzer.cc (libFuzzer's bytes choose; tools/fuzz.sh)
 // and tests/fuzz/mks_gen_test.cc (a seeded generator; in the README's tests and under the
