@@ -290,7 +290,7 @@ class Deriver {
         producers->insert(producers->end(), all.begin(), all.end());
       }
     };
-    std::vector<int> empty_ops;  // dependencies with nothing on this rank, to stand in for
+    std::vector<int> empty_ops;  // dependencies with no task on this rank: their own stand in
     for (const compiler::Dependency& d : op.deps) {
       if (by_op_rank_[d.op][task.rank].empty()) {
         empty_ops.push_back(d.op);
@@ -344,12 +344,12 @@ class Deriver {
   // write what it overwrites on the rank written, unless those wait for the writer's operation
   // themselves.
   //
-  // Only the frontier: the accesses (of tasks on that rank, processed in program order) that no
-  // later write of that rank has covered. An access a write covers and waits for is ordered
-  // before every later writer of its elements through that write, so it leaves the frontier (a
-  // chain of n all-reduces in place over one tensor costs n, not n^2, credits). A write of an
-  // operation with dependencies on later operations supersedes nothing (those could make a later
-  // writer skip it).
+  // Only the frontier: the accesses to that rank's elements (by its tasks and its peers',
+  // processed in program order) that no later write of that rank has covered. An access a write
+  // covers and waits for is ordered before every later writer of its elements through that write,
+  // so it leaves the frontier (a chain of n all-reduces in place over one tensor costs n, not n^2,
+  // credits). A write of an operation with dependencies on later operations supersedes nothing
+  // (those could make a later writer skip it).
   void credits(int w, std::vector<int>* producers,
                std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>* superseded) {
     const Task& writer = p_.tasks[w];
