@@ -55,18 +55,21 @@ class _DLTensor(ctypes.Structure):
                 ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
 
 
+# Python's capsule calls, typed once (ctypes.pythonapi's functions are shared objects).
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_valid.restype = ctypes.c_int
+_capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
 def _from_dlpack_capsule(capsule, name):
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    valid = ctypes.pythonapi.PyCapsule_IsValid
-    valid.restype = ctypes.c_int
-    valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    if not valid(capsule, b"dltensor"):
+    if not _capsule_valid(capsule, b"dltensor"):
         raise TensorError(name, "its __dlpack__() did not return an unused DLPack capsule")
     # DLManagedTensor starts with its DLTensor. The capsule stays unconsumed: its producer frees
     # it when it is collected.
-    t = _DLTensor.from_address(get(capsule, b"dltensor"))
+    t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else None
     code, bits = t.dtype.code, t.dtype.bits

@@ -3,6 +3,7 @@
 // output). Each now either verifies clean or is refused with a located error, before planning.
 #include <doctest/doctest.h>
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,15 @@ VerifyScheduleResult verify(const std::string& body, int64_t ranks, int64_t per_
   return verify_schedule(file_of(body), world(ranks, per_node), vo);
 }
 
+// `body` verifies clean (plan and interpreter) at each world size of `ranks`.
+void verifies_at(const std::string& body, std::initializer_list<int64_t> ranks) {
+  for (int64_t r : ranks) {
+    INFO("R ", r);
+    const auto v = verify(body, r);
+    CHECK_MESSAGE(v.exit_code == 0, v.errors);
+  }
+}
+
 // A chain of `after`s through a shift: `c` waits for `b`, which waits for `a`, so `c` may read
 // what `a` wrote. `after b` waited only for b's tasks that write into c's rank (the peer's
 // shift), not for this rank's own, which had waited for `a`: c raced with a on Y0.
@@ -44,11 +54,7 @@ TEST_CASE("`after` chains through an operation whose tasks write only into peers
       "  compute a = copy(A -> Y0)\n"
       "  comm    b = shift(A -> S0) after a\n"
       "  compute c = copy(Y0 -> Y1) after b\n";
-  for (int64_t r : {1, 2, 3, 4}) {
-    INFO("R ", r);
-    const auto v = verify(body, r);
-    CHECK_MESSAGE(v.exit_code == 0, v.errors);
-  }
+  verifies_at(body, {1, 2, 3, 4});
 }
 
 // The same chain where the middle operation has no task on the rank: an all-reduce in place at
@@ -61,11 +67,7 @@ TEST_CASE("`after` chains through an operation with no task on the rank") {
       "  compute a = copy(A -> S)\n"
       "  comm    b = allreduce(S, sum) after a.tile\n"
       "  compute c = copy(S -> Y) after b\n";
-  for (int64_t r : {1, 2, 3}) {
-    INFO("R ", r);
-    const auto v = verify(body, r);
-    CHECK_MESSAGE(v.exit_code == 0, v.errors);
-  }
+  verifies_at(body, {1, 2, 3});
 }
 
 // Two shifts from one sender into the same elements of the receiver, with no reader between:
@@ -77,11 +79,7 @@ TEST_CASE("a second write into a peer's elements waits for the first; across nod
       "  loop i in 0 .. 3 {\n"
       "    comm o1 = shift(A2 -> S1, by = 1) after o1[i - 1]\n"
       "  }\n";
-  for (int64_t r : {2, 3}) {
-    INFO("R ", r);
-    const auto v = verify(body, r);
-    CHECK_MESSAGE(v.exit_code == 0, v.errors);
-  }
+  verifies_at(body, {2, 3});
   // Between nodes a proxied write lands before the signals into its node only: no task of the
   // sender's node can wait for it, so the pass refuses the schedule, naming both writes' places.
   const auto v = verify(body, 2, 1);
