@@ -1,10 +1,28 @@
 #include "compiler/pipeline.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "compiler/passes/passes.h"
 #include "dsl/parser.h"
+#include "support/error.h"
 #include "support/phases.h"
 
 namespace mkc::compiler {
+namespace {
+
+// MKC_TABLES: where the plan's tables go (codegen::CodegenOptions::tables). Unset: the source.
+codegen::CodegenOptions::Tables tables_from_env() {
+  const char* v = std::getenv("MKC_TABLES");
+  const std::string s = v == nullptr ? "" : v;
+  if (s.empty() || s == "source") return codegen::CodegenOptions::Tables::kSource;
+  if (s == "data") return codegen::CodegenOptions::Tables::kData;
+  throw UserError("MKC_TABLES=" + s +
+                  ": expected `source` (the plan's tables compiled into the kernel, the default) "
+                  "or `data` (declared in the kernel, copied in by the runtime)");
+}
+
+}  // namespace
 
 std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile> file,
                                           const CheckOptions& options,
@@ -39,6 +57,7 @@ std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile>
     codegen::CodegenOptions co;
     co.file = file;
     co.defines = defines_text;
+    co.tables = tables_from_env();
     c->kernels.push_back(codegen::generate(p, co));
   }
   c->phases.add("codegen", clock.lap());

@@ -38,6 +38,7 @@ namespace mkc::rt {
   X(cuModuleLoadData, 2000)                            \
   X(cuModuleUnload, 2000)                              \
   X(cuModuleGetFunction, 2000)                         \
+  X(cuModuleGetGlobal, 3020)                           \
   X(cuMemAlloc, 3020)                                  \
   X(cuMemFree, 3020)                                   \
   X(cuMemcpyHtoD, 3020)                                \

@@ -100,6 +100,7 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
     CtxScope scope(d, rk.ctx);
     MKC_CU(d, cuModuleLoadData, &rk.mod, cubin.data());
     MKC_CU(d, cuModuleGetFunction, &rk.fn, rk.mod, kernel_.c_str());
+    load_plan_tables(rk, kernel);
     if (smem_ > 0)
       MKC_CU(d, cuFuncSetAttribute, rk.fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_);
     // Every CTA must be resident at once: a persistent kernel's CTAs wait on each other, and

@@ -126,6 +126,7 @@ class LocalJob {
   void raise_errors(const std::vector<int>& which);
   void swap_heaps();
   void write_tables();
+  void load_plan_tables(const Rank& rank, const codegen::Generated& kernel) const;
   CUdeviceptr address(int rank, int buffer) const;
   // local_job_proxy.cc
   struct ProxyRank;

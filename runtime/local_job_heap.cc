@@ -135,6 +135,26 @@ CUdeviceptr LocalJob::address(int rank, int buffer) const {
 // space per process), written to every local rank's device copy. A rank of another node than the
 // local one has no address: its buffer entries are the buffers' heap offsets (what a proxy
 // request names, abi.h KernelArgs::buffers), its counters none.
+// A kernel generated with its plan's tables as data (codegen::CodegenOptions::Tables::kData)
+// declares them; their bytes go into this rank's module before anything launches (write_tables
+// synchronizes the context after). A table whose size differs from the module's array is a kernel
+// built from another plan: refused, never copied short or past its end.
+void LocalJob::load_plan_tables(const Rank& rk, const codegen::Generated& kernel) const {
+  const Driver& d = Driver::get();
+  for (const codegen::TableImage& t : kernel.tables) {
+    CUdeviceptr at = 0;
+    size_t bytes = 0;
+    MKC_CU(d, cuModuleGetGlobal, &at, &bytes, rk.mod, t.symbol.c_str());
+    if (bytes != t.bytes.size()) {
+      throw InternalError(fmt::format(
+          "kernel `{}`: its table `{}` holds {} bytes, the plan's {}: the cubin was not built from "
+          "this plan's source",
+          kernel_, t.symbol, bytes, t.bytes.size()));
+    }
+    MKC_CU(d, cuMemcpyHtoD, at, t.bytes.data(), bytes);
+  }
+}
+
 void LocalJob::write_tables() {
   const Driver& d = Driver::get();
   const auto tables_of = [&](int me, std::vector<CUdeviceptr>* buffers,

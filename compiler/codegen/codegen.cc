@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <tuple>
+#include <type_traits>
 
 #include "compiler/kinds/kind.h"
 #include "compiler/sema/device_code.h"
@@ -90,7 +92,7 @@ class Generator final : public kinds::Source {
     }
     line("");
     class_functions();
-    tables(ctas);
+    tables(ctas, &g);
     kernel(g);
     g.source = std::move(out_);
     g.tensor_maps = maps_;
@@ -201,65 +203,135 @@ class Generator final : public kinds::Source {
     line("  }\n}\n");
   }
 
-  void tables(int ctas) {
+  // The plan's tables: constant arrays in the source, or (Tables::kData) arrays the source only
+  // declares, with their bytes in Generated::tables. Both hold the same values, each array ending
+  // in a zero entry (empty arrays are not allowed).
+  void tables(int ctas, Generated* g) {
+    const bool data = o_.tables == CodegenOptions::Tables::kData;
     // Per task, an abi::TaskRecord: class, first view, views, first arg, args, first wait,
     // waits, first signal, signals.
     std::string views, args, waits, sigs, tasks;
+    std::vector<abi::TaskRecord> task_image;
+    std::vector<abi::View> view_image;
+    std::vector<long long> arg_image;
+    std::vector<abi::Wait> wait_image;
+    std::vector<abi::Signal> signal_image;
     int nv = 0, na = 0, nw = 0, ns = 0;
     for (size_t i = 0; i < p_.tasks.size(); ++i) {
       const Task& t = p_.tasks[i];
       const int cls = kinds::kind_of(t).has_body() ? class_of_.at(kinds::class_key(*this, t)) : -1;
-      tasks += fmt::format("    {{{}, {}, {}, {}, {}, {}, {}, {}, {}}},  // {}: {} on rank {}\n",
-                           cls, nv, t.views.size(), na, t.args.size(), nw, t.waits.size(), ns,
-                           t.signals.size(), i, t.label, t.rank);
+      const std::vector<int64_t> targs = kinds::kind_of(t).device_args(*this, t);
+      if (data) {
+        task_image.push_back(abi::TaskRecord{
+            cls, nv, static_cast<int>(t.views.size()), na, static_cast<int>(targs.size()), nw,
+            static_cast<int>(t.waits.size()), ns, static_cast<int>(t.signals.size())});
+      } else {
+        tasks += fmt::format("    {{{}, {}, {}, {}, {}, {}, {}, {}, {}}},  // {}: {} on rank {}\n",
+                             cls, nv, t.views.size(), na, targs.size(), nw, t.waits.size(), ns,
+                             t.signals.size(), i, t.label, t.rank);
+      }
       for (const plan::View& v : t.views) {
         MKC_CHECK(v.shape.size() <= abi::kMaxDims, "view of {} dimensions", v.shape.size());
         std::vector<int64_t> shape = v.shape;
         shape.resize(abi::kMaxDims, 1);
-        views += fmt::format("    {{{}, {}, {}, {}, {{{}}}}},\n", v.rank, v.buffer, v.offset,
-                             v.shape.size(), fmt::join(shape, ", "));
+        if (data) {
+          abi::View w{};
+          w.rank = v.rank;
+          w.buffer = v.buffer;
+          w.offset = v.offset;
+          w.ndim = static_cast<int>(v.shape.size());
+          for (int d = 0; d < abi::kMaxDims; ++d) w.shape[d] = shape[d];
+          view_image.push_back(w);
+        } else {
+          views += fmt::format("    {{{}, {}, {}, {}, {{{}}}}},\n", v.rank, v.buffer, v.offset,
+                               v.shape.size(), fmt::join(shape, ", "));
+        }
         ++nv;
       }
-      const std::vector<int64_t> targs = kinds::kind_of(t).device_args(*this, t);
-      if (!targs.empty()) args += fmt::format("    {},\n", fmt::join(targs, ", "));
+      if (data) {
+        arg_image.insert(arg_image.end(), targs.begin(), targs.end());
+      } else if (!targs.empty()) {
+        args += fmt::format("    {},\n", fmt::join(targs, ", "));
+      }
       na += static_cast<int>(targs.size());
       for (const plan::Wait& w : t.waits) {
-        waits += fmt::format("    {{{}, {}, {}, {}}},\n", w.event, w.count, w.lag,
-                             proxy_events_.count(w.event) ? 1 : 0);
+        const int proxy = proxy_events_.count(w.event) ? 1 : 0;
+        if (data) {
+          MKC_CHECK(w.count >= 0 && w.count <= INT32_MAX, "wait count {} out of range", w.count);
+          wait_image.push_back(abi::Wait{w.event, static_cast<int>(w.count), w.lag, proxy});
+        } else {
+          waits += fmt::format("    {{{}, {}, {}, {}}},\n", w.event, w.count, w.lag, proxy);
+        }
         ++nw;
       }
       for (const plan::Signal& s : t.signals) {
-        sigs += fmt::format("    {{{}, {}, {}}},\n", s.event, p_.events[s.event].rank,
-                            s.handoff == plan::HandOff::kLocal      ? abi::kScopeGpu
-                            : s.handoff == plan::HandOff::kPeerFlag ? abi::kScopeSystem
-                                                                    : abi::kScopeProxy);
+        const int scope = s.handoff == plan::HandOff::kLocal      ? abi::kScopeGpu
+                          : s.handoff == plan::HandOff::kPeerFlag ? abi::kScopeSystem
+                                                                  : abi::kScopeProxy;
+        if (data) {
+          signal_image.push_back(abi::Signal{s.event, p_.events[s.event].rank, scope});
+        } else {
+          sigs += fmt::format("    {{{}, {}, {}}},\n", s.event, p_.events[s.event].rank, scope);
+        }
         ++ns;
       }
     }
-    // Empty arrays are not allowed: a placeholder entry keeps every table well-formed.
-    line(fmt::format("// The plan: {} tasks, {} events.", p_.tasks.size(), p_.events.size()));
-    line("__device__ const mkc::TaskRecord kTasks[] = {\n" + tasks + "    {}};");
-    line("__device__ const mkc::View kViews[] = {\n" + views + "    {}};");
-    line("__device__ const long long kArgs[] = {\n" + args + "    0};");
-    line("__device__ const mkc::Wait kWaits[] = {\n" + waits + "    {}};");
-    line("__device__ const mkc::Signal kSignals[] = {\n" + sigs + "    {}};");
     std::string starts, lists;
+    std::vector<int> start_image, list_image;
     int pos = 0;
     for (int64_t r = 0; r < p_.ranks; ++r) {
       starts += "    ";
       for (int c = 0; c < ctas; ++c) {
+        start_image.push_back(pos);
         starts += fmt::format("{}, ", pos);
         const auto& list = p_.cta_tasks[r][c];
-        if (!list.empty())
+        if (data) {
+          list_image.insert(list_image.end(), list.begin(), list.end());
+        } else if (!list.empty()) {
           lists += fmt::format("    {},  // rank {} CTA {}\n", fmt::join(list, ", "), r, c);
+        }
         pos += static_cast<int>(list.size());
       }
+      start_image.push_back(pos);
       starts += fmt::format("{},\n", pos);
     }
-    line("// Each rank's CTA lists: kCtaList[kCtaStart[r * (kCtas + 1) + c] ...] in order.");
-    line("__device__ const int kCtaStart[] = {\n" + starts + "    0};");
-    line("__device__ const int kCtaList[] = {\n" + lists + "    0};");
+    line(fmt::format("// The plan: {} tasks, {} events.", p_.tasks.size(), p_.events.size()));
+    if (!data) {
+      // Empty arrays are not allowed: a placeholder entry keeps every table well-formed.
+      line("__device__ const mkc::TaskRecord kTasks[] = {\n" + tasks + "    {}};");
+      line("__device__ const mkc::View kViews[] = {\n" + views + "    {}};");
+      line("__device__ const long long kArgs[] = {\n" + args + "    0};");
+      line("__device__ const mkc::Wait kWaits[] = {\n" + waits + "    {}};");
+      line("__device__ const mkc::Signal kSignals[] = {\n" + sigs + "    {}};");
+      line("// Each rank's CTA lists: kCtaList[kCtaStart[r * (kCtas + 1) + c] ...] in order.");
+      line("__device__ const int kCtaStart[] = {\n" + starts + "    0};");
+      line("__device__ const int kCtaList[] = {\n" + lists + "    0};");
+      line("\n}  // namespace\n");
+      return;
+    }
     line("\n}  // namespace\n");
+    line(
+        "// The tables are data: the runtime copies the plan's into them before the first launch.");
+    line("// Each rank's CTA lists: kCtaList[kCtaStart[r * (kCtas + 1) + c] ...] in order.");
+    line("extern \"C\" {");
+    table(g, "mkc::TaskRecord", "kTasks", &task_image);
+    table(g, "mkc::View", "kViews", &view_image);
+    table(g, "long long", "kArgs", &arg_image);
+    table(g, "mkc::Wait", "kWaits", &wait_image);
+    table(g, "mkc::Signal", "kSignals", &signal_image);
+    table(g, "int", "kCtaStart", &start_image);
+    table(g, "int", "kCtaList", &list_image);
+    line("}\n");
+  }
+
+  // Declares a table of `rows` (a zero entry appended) and keeps its bytes.
+  template <typename T>
+  void table(Generated* g, const char* type, const char* symbol, std::vector<T>* rows) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    rows->push_back(T{});
+    line(fmt::format("__device__ {} {}[{}];", type, symbol, rows->size()));
+    g->tables.push_back(TableImage{symbol, std::string(reinterpret_cast<const char*>(rows->data()),
+                                                       rows->size() * sizeof(T))});
   }
 
   void kernel(const Generated& g) {

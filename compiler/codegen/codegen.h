@@ -3,9 +3,10 @@
 // The source includes mkc's device templates (templates/mkc/*.cuh, handed to NVRTC from memory),
 // the schedule's device functions under `#line` directives (so NVRTC's errors point into the .mks
 // file), one short named function per task class (a task kind with its element types and device
-// function), the plan as constant tables (per rank: each CTA's task list, each task's views,
-// arguments, waits and signals), and the kernel: each CTA walks its list, waiting, running and
-// signalling. Deterministic: the same plan gives byte-identical source, so the JIT cache hits.
+// function), the plan's tables (per rank: each CTA's task list, each task's views, arguments,
+// waits and signals; constant arrays in the source, or data the runtime copies in), and the kernel:
+// each CTA walks its list, waiting, running and signalling. Deterministic: the same plan gives
+// byte-identical source, so the JIT cache hits.
 #pragma once
 
 #include <string>
@@ -24,6 +25,20 @@ struct CodegenOptions {
   // template (templates/mkc/gemm_sm90.cuh; on targets without wgmma it falls back to the portable
   // tile). false: every GEMM uses the portable tile.
   bool tensor_core_gemm = true;
+  // Where the plan's tables live (docs/COMPILER.md, "The plan's tables"). kSource: constant arrays
+  // in the source, compiled by NVRTC with the code (NVRTC's time and memory then grow with tasks x
+  // ranks). kData: the source declares them, sized; Generated::tables holds their bytes, which the
+  // runtime copies into the loaded module before the first launch, so the code compiles (and
+  // caches) the same whatever the plan's size. The pipeline takes it from MKC_TABLES.
+  enum class Tables { kSource, kData };
+  Tables tables = Tables::kSource;
+};
+
+// One table of a kernel built with CodegenOptions::Tables::kData: a `__device__` array of the
+// module (C linkage, `symbol`) and the bytes it must hold before the kernel runs.
+struct TableImage {
+  std::string symbol;
+  std::string bytes;
 };
 
 // A TMA descriptor the kernel needs: a 2-D row-major view (rows x cols elements, row stride
@@ -56,6 +71,9 @@ struct Generated {
   // Per task class, the device code it runs ("gemm_tile: sm_90a wgmma + TMA 128x256 ..."), for the
   // compile summary.
   std::vector<std::string> paths;
+  // With CodegenOptions::Tables::kData: the tables to copy into the module, in the source's
+  // order; empty when they are in the source.
+  std::vector<TableImage> tables;
 };
 
 Generated generate(const plan::Plan& plan, const CodegenOptions& options);
