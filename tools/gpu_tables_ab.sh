@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# What must pass before the plan's tables become data by default (docs/COMPILER.md, "The plan's
+# tables"), from the bundle of tools/gpu_bundle.sh, in one device call:
+#   cd .device/bin && ./gpu_tables_ab.sh [--only tests|runs] [--budget-s S]
+# tests: every GPU test binary with MKC_TABLES=data, all at once (each under the budget), then
+#        doctest's summary line of each.
+# runs:  every sample checked (`mkc run --check`) at R 1, 2 and 3 sharing the GPU and across two
+#        emulated nodes (R 4, 2 per node) with MKC_TABLES=data; then, for a few samples, the time
+#        per launch with the constant tables and with the data tables, one after the other on the
+#        same GPU, and their ratio (data / source: above 1 is slower).
+# The last line counts what failed.
+set -u
+cd "$(dirname "$0")" || exit 2
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export MKC_CACHE_DIR="${MKC_CACHE_DIR:-/tmp/mkc_cache}"
+only=tests,runs
+budget=420
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --only) only=$2; shift ;;
+    --budget-s) budget=$2; shift ;;
+    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
+    *) echo "gpu_tables_ab: unknown argument $1 (--only tests|runs, --budget-s S)" >&2; exit 2 ;;
+  esac
+  shift
+done
+failed=0
+out="${OUT:-/tmp}/tables_ab"
+mkdir -p "$out"
+
+if [[ ,$only, == *,tests,* ]]; then
+  for t in *_test; do
+    MKC_TABLES=data timeout "$budget" ./"$t" --duration=true >"$out/$t.log" 2>&1 &
+  done
+  wait
+  for t in *_test; do
+    line=$(grep -a "test cases:" "$out/$t.log" | tail -1)
+    echo "tests (data tables) $t: ${line:-no summary (see $out/$t.log)}"
+    grep -aq "| 0 failed" <<<"$line" || failed=$((failed + 1))
+  done
+fi
+
+if [[ ,$only, == *,runs,* ]]; then
+  small() {  # the sample's small shape as -D flags
+    python3 -c "import json,sys; s=json.load(open('samples/small_shapes.json'))['shapes'].get(sys.argv[1], {}); print(' '.join(f'-D {k}={v}' for k, v in s.items()))" "$1"
+  }
+  for f in samples/*.mks; do
+    name=$(basename "$f" .mks)
+    for world in "1" "2" "3" "4 --ranks-per-node 2"; do
+      # shellcheck disable=SC2046,SC2086
+      if ! MKC_TABLES=data timeout 120 ./mkc run --check --share-gpus --ranks $world $(small "$name") \
+        "$f" >"$out/check_${name}_${world%% *}.log" 2>&1; then
+        # A world size the small shape does not divide is refused before anything runs.
+        if grep -aq "inexact-division\|does not divide" "$out/check_${name}_${world%% *}.log"; then
+          continue
+        fi
+        echo "check (data tables) $name R $world: FAILED: $(tail -2 "$out/check_${name}_${world%% *}.log" | tr '\n' ' ')"
+        failed=$((failed + 1))
+      fi
+    done
+  done
+  echo "checks (data tables): done, $failed failed so far"
+  for spec in "gemm.mks 1" "gemm_allreduce.mks 2" "moe_ffn_combine.mks 2" "ring_attention.mks 2"; do
+    # shellcheck disable=SC2086
+    set -- $spec
+    times() {
+      MKC_TABLES=$1 timeout 120 ./mkc run --iters 50 --share-gpus --ranks "$2" "samples/$3" 2>&1 |
+        sed -n 's/^time: \([0-9.]*\) us per launch.*/\1/p'
+    }
+    us_source=$(times source "$2" "$1")
+    us_data=$(times data "$2" "$1")
+    us_source=${us_source:-nan}
+    us_data=${us_data:-nan}
+    echo "$1 at R $2: source tables ${us_source} us, data tables ${us_data} us per launch," \
+      "data / source $(python3 -c "import sys; a,b=sys.argv[1:]; print('%.3f' % (float(b)/float(a)) if 'nan' not in (a,b) else 'n/a')" "$us_source" "$us_data")"
+  done
+fi
+echo "gpu_tables_ab: $failed failed"
+exit $((failed > 0))
