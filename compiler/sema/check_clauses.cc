@@ -61,6 +61,22 @@ bool Checker::check_clauses(const dsl::OpDecl& op, OpKind kind, const LoopEnv& e
             .set_hint(fmt::format("write `{}(...)`", tile ? "chunk" : "tile"));
         return false;
       }
+      // `tile(auto)`, `chunk(auto)`: the compiler chooses, as without the clause (the rule, or
+      // what `mkc tune` measured: docs/TUNING.md). `auto` is a word here, never a parameter.
+      const auto is_auto = [](const Expr& e) {
+        return e.kind == Expr::Kind::kName && e.name == "auto";
+      };
+      if (std::any_of(c.args.begin(), c.args.end(), is_auto)) {
+        if (c.args.size() != 1) {
+          error(DiagKind::kBadArgument, c.span,
+                fmt::format("`auto` stands alone in `{}(...)`: the compiler chooses every size or "
+                            "none",
+                            c.name))
+              .set_hint(fmt::format("write `{}(auto)`, or give every size", c.name));
+          return false;
+        }
+        continue;
+      }
       std::vector<int64_t> sizes;
       for (const Expr& e : c.args) {
         auto v = eval_positive(e, EvalCtx{&env, false, 0, false, tile ? "tile size" : "chunk size"},

@@ -772,5 +772,46 @@ TEST_CASE("front end issue: a chunk grid past the task budget is a located error
   CHECK_MESSAGE(edge.errors.empty(), edge.errors);
 }
 
+TEST_CASE("tile(auto) and chunk(auto): the compiler chooses, as without the clause") {
+  const std::string text = R"(schedule s {
+  ranks R
+  input  A : bf16[512, 256]
+  input  B : bf16[256, 384]
+  output C : bf16[512, 384] symmetric
+  compute mm = gemm(A, B -> C) tile(auto)
+  comm    ar = allreduce(C, sum) chunk(auto) after mm.tile
+}
+)";
+  CheckOptions two;
+  two.ranks = {2};
+  const Checked c = check_text(text, two);
+  REQUIRE_MESSAGE(c.errors.empty(), c.errors);
+  REQUIRE(c.schedules.size() == 1);
+  REQUIRE(c.schedules[0].ops.size() == 2);
+  CHECK(c.schedules[0].ops[0].tile.empty());   // the lowering's rule or the tuned tile
+  CHECK(c.schedules[0].ops[1].chunk.empty());  // about 64 KB of whole rows
+  // The same schedule without the clauses checks to the same instances.
+  std::string bare = text;
+  for (const std::string clause : {" tile(auto)", " chunk(auto)"})
+    bare.erase(bare.find(clause), clause.size());
+  const Checked b = check_text(bare, two);
+  REQUIRE(b.errors.empty());
+  CHECK(b.schedules[0].ops[0].tile == c.schedules[0].ops[0].tile);
+  CHECK(b.schedules[0].ops[1].chunk == c.schedules[0].ops[1].chunk);
+  // `auto` stands alone, at its clause's place.
+  std::string mixed = text;
+  mixed.replace(mixed.find("tile(auto)"), 10, "tile(auto, 64)");
+  const Checked m = check_text(mixed, two);
+  CHECK_MESSAGE(
+      m.errors.find("t.mks:6:32: error: `auto` stands alone in `tile(...)`") != std::string::npos,
+      m.errors);
+  CHECK(m.errors.find("[bad-argument]") != std::string::npos);
+  // Any other word is still a name the schedule must declare.
+  std::string other = text;
+  other.replace(other.find("tile(auto)"), 10, "tile(autos)");
+  const Checked o = check_text(other, two);
+  CHECK_MESSAGE(o.errors.find("autos") != std::string::npos, o.errors);
+}
+
 }  // namespace
 }  // namespace mkc::compiler
