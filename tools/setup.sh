@@ -8,8 +8,8 @@ set -euo pipefail
 check_only=0
 [[ "${1:-}" == "--check" ]] && check_only=1
 
-# Debian packages: the build tool and its rule sets, the libraries of the design card, and
-# clang's runtime for the parser fuzzer.
+# Debian packages: the build tool and its rule sets, the libraries of the design card, clang's
+# runtime for the parser fuzzer, and LLVM 14's libTooling for the Clang plugin (compiler/clang).
 packages=(
   bazel-bootstrap bazel-rules-java bazel-rules-proto bazel-platforms
   libfmt-dev nlohmann-json3-dev doctest-dev

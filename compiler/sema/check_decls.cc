@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "compiler/sema/checker.h"
+#include "compiler/sema/clang_check.h"
 #include "compiler/sema/device_code.h"
 #include "dsl/cpp_body.h"
 #include "dsl/suggest.h"
@@ -108,6 +109,7 @@ void Checker::check_tensor(const dsl::TensorDecl& t) {
 }
 
 void Checker::check_device_fn(const dsl::DeviceFn& f) {
+  const size_t errors_before = diags_.error_count();
   DeviceFunction out;
   out.name = f.name;
   out.body = f.body;
@@ -178,6 +180,59 @@ void Checker::check_device_fn(const dsl::DeviceFn& f) {
   }
   device_index_[f.name] = static_cast<int>(out_.device_fns.size());
   out_.device_fns.push_back(std::move(out));
+  // Clang reads only a function the checks above found nothing wrong with: a body with a
+  // directive never reaches it.
+  device_fn_ok_.push_back(diags_.error_count() == errors_before);
+  if (opts_.clang_device_fns && device_fn_ok_.back()) check_device_fn_with_clang(f);
+}
+
+void Checker::check_device_fn_with_clang(const dsl::DeviceFn& f) {
+  std::string why;
+  const ClangPlugin* clang = ClangPlugin::get(&why);
+  if (clang == nullptr) {
+    warning(DiagKind::kDeviceFunction, f.name_span,
+            fmt::format("device function `{}` was not parsed: mkc's Clang plugin is not available "
+                        "({})",
+                        f.name, why))
+        .set_hint(
+            "its body is compiled when the kernel is, by NVRTC: a wrong type or an unknown call "
+            "shows then; build //compiler/clang:libmkc_clang.so (needs LLVM 14) and set "
+            "MKC_CLANG_PLUGIN to check it here");
+    return;
+  }
+  // The functions before it that passed the checks (a refused one, `float` say, would only
+  // confuse Clang), then it.
+  std::vector<DeviceFunction> fns;
+  for (size_t i = 0; i + 1 < out_.device_fns.size(); ++i)
+    if (device_fn_ok_[i]) fns.push_back(out_.device_fns[i]);
+  fns.push_back(out_.device_fns.back());
+  size_t body_at = 0, definition_at = 0;
+  const std::string text = clang_check_text(fns, fns.size() - 1, &body_at, &definition_at);
+  const size_t body_end = body_at + f.body.size();
+  for (const ClangFinding& c : clang->check(text, f.name)) {
+    if (c.severity == 0) continue;  // notes belong to the finding before them
+    // In mkc's prelude: not this function's doing (and not expected).
+    if (c.offset != ClangFinding::kNowhere && c.offset < definition_at) continue;
+    // In the body: its own place in the .mks file; anywhere else (the signature Clang read, or
+    // Clang itself): the function's name.
+    dsl::Span at = f.name_span;
+    // (body_end is the closing brace, where Clang puts "does not return in all paths".)
+    if (c.offset != ClangFinding::kNowhere && c.offset >= body_at && c.offset <= body_end) {
+      const uint32_t begin = f.body_span.begin + static_cast<uint32_t>(c.offset - body_at);
+      const size_t room = body_end - c.offset + 1;
+      at = dsl::Span{begin, begin + static_cast<uint32_t>(std::max<size_t>(
+                                        1, std::min(c.length == 0 ? 1 : c.length, room)))};
+    }
+    const std::string message = fmt::format("in device function `{}`: {}", f.name, c.message);
+    if (c.severity == 1) {
+      warning(DiagKind::kDeviceFunction, at, message);
+    } else {
+      error(DiagKind::kDeviceFunction, at, message)
+          .set_hint(
+              "a device function is a pure function of its scalar arguments: arithmetic, local "
+              "variables, control flow and CUDA's math functions (dsl/SPEC.md, device functions)");
+    }
+  }
 }
 
 void Checker::check_roles(const std::vector<dsl::RoleDecl>& roles) {

@@ -116,6 +116,11 @@ class Checker {
   dsl::Diagnostic& error(dsl::DiagKind k, dsl::Span s, std::string msg) {
     return diags_.error(k, file_, s, std::move(msg));
   }
+  dsl::Diagnostic& warning(dsl::DiagKind k, dsl::Span s, std::string msg) {
+    return diags_.warning(k, file_, s, std::move(msg));
+  }
+  // check_decls.cc: Clang's findings on the last device function checked (clang_check.h).
+  void check_device_fn_with_clang(const dsl::DeviceFn& f);
 
   // ---- names (check_names.cc) ---------------------------------------------------------------
   void declare(const std::string& name, Symbol sym);
@@ -225,6 +230,8 @@ class Checker {
   std::vector<DeclInfo> decls_;
   std::map<std::string, int> tensor_index_;
   std::map<std::string, int> device_index_;
+  // Per device function: whether the checks found nothing wrong (Clang reads those before it).
+  std::vector<char> device_fn_ok_;
   std::vector<PendingDeps> pending_;
   std::set<uint32_t> reported_ops_;
   std::set<uint32_t> reported_loop_items_;

@@ -225,7 +225,11 @@ int64_t parse_count(const std::string& flag, const std::string& value, int64_t m
 // arguments with `next()`, which handles the shared flags itself and hands back the others.
 class Flags {
  public:
-  explicit Flags(const std::vector<std::string>& args) : args_(args) {}
+  // Every command that checks a schedule parses its device functions with Clang where the plugin
+  // is there (compiler/sema/clang_check.h).
+  explicit Flags(const std::vector<std::string>& args) : args_(args) {
+    check.clang_device_fns = true;
+  }
 
   compiler::CheckOptions check;
   std::string defines_text;  // "-D" values as given, for banners
