@@ -71,10 +71,6 @@ float __int2float_rn(int); int __float2int_rn(float); int __float2int_rz(float);
 
 }  // namespace
 
-const char* clang_prelude() {
-  return kPrelude;
-}
-
 std::string clang_check_text(const std::vector<DeviceFunction>& fns, size_t index, size_t* body_at,
                              size_t* definition_at) {
   std::string text = kPrelude;

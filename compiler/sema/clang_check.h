@@ -45,7 +45,4 @@ class ClangPlugin {
 std::string clang_check_text(const std::vector<DeviceFunction>& fns, size_t index, size_t* body_at,
                              size_t* definition_at = nullptr);
 
-// The prelude alone (the types and functions a device function can use), for the docs and tests.
-const char* clang_prelude();
-
 }  // namespace mkc::compiler
