@@ -1,6 +1,7 @@
 #include "compiler/verify_schedule.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler/kinds/kind.h"
+#include "compiler/oracle/clang_eval.h"
 #include "compiler/oracle/reference.h"
 #include "compiler/oracle/verifier.h"
 #include "compiler/passes/passes.h"
@@ -17,6 +19,12 @@
 
 namespace mkc::compiler {
 namespace {
+
+std::vector<std::string> device_fn_names(const CheckedSchedule& s) {
+  std::vector<std::string> out;
+  for (const DeviceFunction& f : s.device_fns) out.push_back("`" + f.name + "`");
+  return out;
+}
 
 using plan::Plan;
 using plan::Task;
@@ -161,8 +169,20 @@ class Run {
           big.name, static_cast<double>(big.elements()), p.ranks, where));
       return false;
     }
+    // The functions as written, compiled for the CPU, where the checker held them to the contract
+    // with Clang; else the stand-in.
     plan::HostFns fns;
-    for (const DeviceFunction& f : s.device_fns) fns[f.name] = stand_in_function(f.params.size());
+    std::string stand_in_why = "the check did not parse them with Clang";
+    if (clang_device_fns_ && !s.device_fns.empty()) {
+      plan::ClangFunctions compiled = plan::clang_device_functions(s);
+      fns = std::move(compiled.fns);
+      stand_in_why = std::move(compiled.why);
+    }
+    const bool as_written = !fns.empty();
+    if (!as_written) {
+      for (const DeviceFunction& f : s.device_fns) fns[f.name] = stand_in_function(f.params.size());
+    }
+
     for (int k = 0; k < o_.interleavings; ++k) {
       plan::InterpretOptions io;
       io.launches = o_.launches;
@@ -185,10 +205,15 @@ class Run {
         "interleaving{} x {} launches match the reference ({:.0f} ms)\n",
         what, p.tasks.size(), p.events.size(), waits, note, o_.interleavings,
         o_.interleavings == 1 ? "" : "s", o_.launches, ms);
-    if (!s.device_fns.empty()) {
+    if (!s.device_fns.empty() && as_written) {
+      result.output +=
+          fmt::format("  (device functions run on the CPU as written, compiled by Clang: {})\n",
+                      fmt::join(device_fn_names(s), ", "));
+    } else if (!s.device_fns.empty()) {
       result.output += fmt::format(
           "  (device functions run as a stand-in on the CPU: the data flow is checked, not their "
-          "bodies)\n");
+          "bodies; {})\n",
+          stand_in_why);
     }
     return true;
   }
@@ -199,6 +224,7 @@ class Run {
   }
 
   int64_t sms_ = 132;
+  bool clang_device_fns_ = false;  // the checker held device functions to the contract with Clang
   nlohmann::json plans_ = nlohmann::json::array();
 
  private:
@@ -276,6 +302,7 @@ VerifyScheduleResult verify_schedule(std::shared_ptr<const dsl::SourceFile> file
                                      const VerifyScheduleOptions& options) {
   Run run(file, options);
   run.sms_ = check.sms;
+  run.clang_device_fns_ = check.clang_device_fns;
   dsl::Diagnostics diags;
   const dsl::Module module = dsl::parse(file, diags);
   std::vector<CheckedSchedule> checked;

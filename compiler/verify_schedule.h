@@ -5,10 +5,12 @@
 // and two launches, and every rank's every tensor is compared with the direct reference
 // (compiler/oracle/reference.h).
 //
-// Device functions are CUDA C++ that the CPU cannot run as written: the interpreter and the
-// reference both evaluate each one as the same smooth stand-in function of its arguments (see
-// stand_in_function), so what is checked is the schedule's data flow (which elements reach which
-// function, in which order), not the functions' bodies (NVRTC compiles those in `mkc compile`).
+// Device functions: where the checker held them to the contract with Clang
+// (CheckOptions::clang_device_fns) and mkc's plugin compiles them for the CPU
+// (compiler/oracle/clang_eval.h), the interpreter and the reference run them as written. Otherwise
+// both evaluate each one as the same smooth stand-in function of its arguments (see
+// stand_in_function): what is checked then is the schedule's data flow (which elements reach which
+// function, in which order), not the functions' bodies, and the summary says which it was.
 #pragma once
 
 #include <cstdint>

@@ -1,76 +1,37 @@
-// mkc's Clang plugin (libmkc_clang.so): a schedule's device function parsed as C++ by Clang's
-// libTooling and held to the device-function contract (compiler/clang/plugin_abi.h). Loaded by
-// compiler/sema/clang_check.cc with dlopen; this file is the only one that includes LLVM.
+// mkc's Clang plugin (libmkc_clang.so), its first half: a schedule's device function parsed as C++
+// by Clang's libTooling and held to the device-function contract (compiler/clang/plugin_abi.h).
+// Loaded by compiler/sema/clang_check.cc with dlopen; the plugin's files are the only ones that
+// include LLVM (the other half, device_fn_jit.cc, compiles checked functions for the CPU).
 //
-// The text is parsed from memory only (no real file system is reachable: a body cannot include
-// anything, and the scanner refuses directives before the text gets here), with no standard
-// headers, a template depth and a constexpr budget of its own, and an error limit.
+// The text is parsed from memory only (frontend.h: no real file system is reachable, and the
+// scanner refuses directives before the text gets here), with no standard headers, a template
+// depth and a constexpr budget of its own, and an error limit.
 #include <clang/AST/ASTConsumer.h>
 #include <clang/AST/ASTContext.h>
 #include <clang/AST/RecursiveASTVisitor.h>
-#include <clang/Basic/Diagnostic.h>
-#include <clang/Basic/FileManager.h>
 #include <clang/Basic/SourceManager.h>
 #include <clang/Frontend/CompilerInstance.h>
 #include <clang/Frontend/FrontendAction.h>
-#include <clang/Tooling/Tooling.h>
-#include <llvm/ADT/SmallString.h>
-#include <llvm/Support/MemoryBuffer.h>
-#include <llvm/Support/VirtualFileSystem.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "compiler/clang/frontend.h"
 #include "compiler/clang/plugin_abi.h"
 
 namespace {
 
-constexpr const char* kFileName = "/mkc/device_functions.cc";
-
-struct Sink {
-  MkcClangReport report;
-  void* ctx;
-  void operator()(size_t offset, size_t length, int severity, const std::string& message) const {
-    report(ctx, offset, length, severity, message.c_str());
-  }
-};
-
-// Byte offset of a location in the checked text, or SIZE_MAX when it is elsewhere.
-size_t offset_of(const clang::SourceManager& sm, clang::SourceLocation loc) {
-  if (loc.isInvalid()) return SIZE_MAX;
-  const clang::SourceLocation file_loc = sm.getFileLoc(loc);
-  if (!sm.isInMainFile(file_loc)) return SIZE_MAX;
-  return sm.getFileOffset(file_loc);
-}
-
-// Clang's own diagnostics, passed on with their place.
-class Collector : public clang::DiagnosticConsumer {
- public:
-  explicit Collector(const Sink& sink) : sink_(sink) {}
-  void HandleDiagnostic(clang::DiagnosticsEngine::Level level,
-                        const clang::Diagnostic& info) override {
-    clang::DiagnosticConsumer::HandleDiagnostic(level, info);
-    int severity = kMkcClangNote;
-    if (level == clang::DiagnosticsEngine::Warning) severity = kMkcClangWarning;
-    if (level == clang::DiagnosticsEngine::Error || level == clang::DiagnosticsEngine::Fatal)
-      severity = kMkcClangError;
-    if (level == clang::DiagnosticsEngine::Ignored || level == clang::DiagnosticsEngine::Remark)
-      return;
-    llvm::SmallString<256> text;
-    info.FormatDiagnostic(text);
-    size_t offset = SIZE_MAX;
-    if (info.hasSourceManager()) offset = offset_of(info.getSourceManager(), info.getLocation());
-    sink_(offset, 0, severity, std::string(text.str()));
-  }
-
- private:
-  const Sink& sink_;
-};
+using mkc_clang::offset_of;
+using mkc_clang::Sink;
 
 // The contract, on the function named `name` (its last definition).
 class Contract : public clang::RecursiveASTVisitor<Contract> {
  public:
+  // A local array larger than this is refused (CUDA's stack is 512 KiB per thread at most, and
+  // the CPU evaluator's is the caller's).
+  static constexpr long long kMaxLocalBytes = 64 * 1024;
+
   Contract(clang::ASTContext& ast, const std::string& name, const Sink& sink)
       : ast_(ast), name_(name), sink_(sink) {}
 
@@ -101,10 +62,30 @@ class Contract : public clang::RecursiveASTVisitor<Contract> {
     } else if (v->hasExternalStorage()) {
       report(v, "`" + v->getNameAsString() + "` declares a variable outside the function");
     }
+    if (const auto* array = ast_.getAsConstantArrayType(v->getType()); array != nullptr) {
+      const clang::CharUnits bytes = ast_.getTypeSizeInChars(v->getType());
+      if (bytes.getQuantity() > kMaxLocalBytes) {
+        report(v, "`" + v->getNameAsString() + "` is an array of " +
+                      std::to_string(bytes.getQuantity()) +
+                      " bytes: a device function's locals live in registers and the thread's "
+                      "stack, at most " +
+                      std::to_string(kMaxLocalBytes) + " bytes");
+      }
+    }
     if (v->getType()->isPointerType() || v->getType()->isReferenceType()) {
       report(v, "`" + v->getNameAsString() +
                     "` is a pointer or a reference: a device function computes on values");
     }
+    return true;
+  }
+  bool VisitFunctionDecl(clang::FunctionDecl* f) {
+    // Inside the body (the traversal starts there): a declaration names code outside the
+    // function, which an `asm` label could bind to anything of the process. (A local class's
+    // member functions are code of the function itself.)
+    if (llvm::isa<clang::CXXMethodDecl>(f)) return true;
+    report(f, "declares the function `" + f->getNameAsString() +
+                  "` inside a device function: call the functions mkc declares, or another "
+                  "device function of the schedule");
     return true;
   }
   bool VisitUnaryOperator(clang::UnaryOperator* u) {
@@ -146,6 +127,12 @@ class Contract : public clang::RecursiveASTVisitor<Contract> {
     if (callee != nullptr && target_ != nullptr &&
         callee->getCanonicalDecl() == target_->getCanonicalDecl()) {
       report(c, "`" + name_ + "` calls itself: device functions may not recurse");
+    }
+    // (The C library's functions are builtins to Clang too; only the compiler's own are refused.)
+    if (callee != nullptr && callee->getBuiltinID() != 0 &&
+        llvm::StringRef(callee->getNameAsString()).startswith("__builtin")) {
+      report(c, "calls the compiler builtin `" + callee->getNameAsString() +
+                    "`: call the math functions mkc declares (dsl/SPEC.md)");
     }
     return true;
   }
@@ -204,32 +191,13 @@ extern "C" __attribute__((visibility("default"))) int mkc_clang_check(
     const char* code, size_t length, const char* function, MkcClangReport report, void* ctx) {
   const Sink sink{report, ctx};
   try {
-    auto memory = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
-    memory->addFile(kFileName, 0,
-                    llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(code, length)));
-    auto files = llvm::makeIntrusiveRefCnt<clang::FileManager>(clang::FileSystemOptions(), memory);
-    const std::vector<std::string> args = {"mkc-clang",
-                                           "-fsyntax-only",
-                                           "-x",
-                                           "c++",
-                                           "-std=c++17",
-                                           "-nostdinc",
-                                           "-nostdinc++",
-                                           "-fno-exceptions",
-                                           "-ferror-limit=20",
-                                           "-ftemplate-depth=64",
-                                           "-fconstexpr-depth=64",
-                                           "-fconstexpr-steps=1000000",
-                                           "-fbracket-depth=256",
-                                           "-Werror=return-type",
-                                           "-Wno-unused-value",
-                                           "-fno-caret-diagnostics",
-                                           kFileName};
-    Collector collector(sink);
-    clang::tooling::ToolInvocation invocation(
-        args, std::make_unique<Action>(std::string(function), sink), files.get());
-    invocation.setDiagnosticConsumer(&collector);
-    invocation.run();
+    mkc_clang::run_clang(code, length, std::make_unique<Action>(std::string(function), sink),
+                         {"-fsyntax-only",
+                          // Lossy conversions are warnings: float to integer, double to float,
+                          // an integer float cannot hold exactly, 64 to 32 bits.
+                          "-Wfloat-conversion", "-Wimplicit-float-conversion",
+                          "-Wimplicit-int-float-conversion", "-Wshorten-64-to-32"},
+                         sink);
     return 0;
   } catch (const std::exception& e) {
     sink(SIZE_MAX, 0, kMkcClangError, std::string("Clang failed: ") + e.what());

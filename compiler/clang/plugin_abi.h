@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define MKC_CLANG_PLUGIN_ABI 1
+#define MKC_CLANG_PLUGIN_ABI 2
 
 // What a finding is.
 enum MkcClangSeverity { kMkcClangNote = 0, kMkcClangWarning = 1, kMkcClangError = 2 };
@@ -31,6 +31,30 @@ typedef int (*MkcClangAbiFn)(void);
 // ran (with findings or not), nonzero when Clang could not run (a finding says why).
 typedef int (*MkcClangCheckFn)(const char* code, size_t length, const char* function,
                                MkcClangReport report, void* ctx);
+
+// Device functions compiled to host code (compiler/clang/device_fn_jit.cc): Clang generates LLVM
+// IR for `code` (a translation unit whose entry points are `extern "C" double ENTRY(const double*
+// args)`), every loop of it counts its iterations, and LLVM's JIT compiles it for this CPU. Math
+// functions resolve to the C library of the process. Returns a module (released with
+// MkcClangJitReleaseFn), or null with findings saying why.
+typedef struct MkcClangJit MkcClangJit;
+typedef MkcClangJit* (*MkcClangJitCompileFn)(const char* code, size_t length, MkcClangReport report,
+                                             void* ctx);
+
+// The entry point named `entry` of a module, or null when there is none.
+typedef void* (*MkcClangJitLookupFn)(MkcClangJit* jit, const char* entry);
+
+// Calls `entry` (from MkcClangJitLookupFn) on n argument tuples of `arity` doubles each
+// (args[e * arity + k]), writing results[e]. Each call may run at most `max_steps` loop
+// iterations; an integer division that would trap (by zero, or the least integer by -1) or a call
+// over that budget stops the batch:
+// returns the index of the tuple that stopped it and writes why in `why` (at most why_size bytes,
+// terminated); returns n when every call returned.
+typedef size_t (*MkcClangJitCallFn)(void* entry, const double* args, size_t arity, size_t n,
+                                    double* results, unsigned long long max_steps, char* why,
+                                    size_t why_size);
+
+typedef void (*MkcClangJitReleaseFn)(MkcClangJit* jit);
 
 #ifdef __cplusplus
 }

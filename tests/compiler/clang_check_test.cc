@@ -49,6 +49,16 @@ TEST_CASE("the plugin loads here") {
   REQUIRE_MESSAGE(ClangPlugin::get(&why) != nullptr, why);
 }
 
+TEST_CASE("lossy conversions are warnings at their place: the golden output") {
+  const std::string input = "tests/compiler/clang_golden/lossy.mks";
+  std::ostringstream out, err;
+  CHECK(cli::run({"check", "--ranks", "1", input}, out, err) == 0);
+  const std::string expected = read("tests/compiler/clang_golden/lossy.expected");
+  CHECK_MESSAGE(err.str() == expected, "mkc check " << input << " printed:\n"
+                                                    << err.str() << "\nexpected:\n"
+                                                    << expected);
+}
+
 TEST_CASE("every way of breaking the contract, at its place: the golden output") {
   const std::string input = "tests/compiler/clang_golden/contract.mks";
   std::ostringstream out, err;

@@ -22,29 +22,13 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/local_job.h"
 #include "runtime/verify.h"
+#include "tests/support/device_fns.h"
 #include "tests/support/gpu.h"
 
 namespace mkc::rt {
 namespace {
 
-constexpr const char* kFunctions = R"(
-schedule fns {
-  param N = 64
-  input  X : f32[N]
-  input  Y : f32[N]
-  output Z : f32[N]
-  output W : bf16[N]
-  device swiglu(g: f32, u: f32) -> f32 {
-    return g / (1.0f + expf(-g)) * u;
-  }
-  device twice(x: f64) -> f64 { return 2.0 * x + 1e-12; }
-  device round_bf16(x: bf16) -> f32 { return __bfloat162float(x); }
-  device floor_i(x: i32, y: i64) -> i64 { return static_cast<long long>(x) * 3 + y; }
-  device half_sum(a: f16, b: f16) -> f16 { return __hadd(a, b); }
-  compute a = map(swiglu, X, Y -> Z) tile(64)
-  compute b = map(round_bf16, Z -> W) tile(64) after a.tile
-}
-)";
+constexpr const char* kFunctions = testing::kDeviceFns;
 
 compiler::CheckedSchedule checked(const char* text) {
   dsl::Diagnostics diags;

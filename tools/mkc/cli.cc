@@ -161,8 +161,9 @@ verifier after every pass (boxes inside buffers and covering what each task touc
 deadlocks, every read after its writer, every overwrite after its readers, launch fences), then
 runs the plan on the CPU interpreter over several random interleavings and launches against the
 reference. A race, a deadlock or a wrong output is reported with the task, the rank and the .mks
-line (exit 1). Device functions run as a stand-in on the CPU: the data flow is checked, not their
-bodies. The interpreter is for small shapes: pass them with -D.
+line (exit 1). Device functions run on the CPU as written, compiled by mkc's Clang plugin; where
+the plugin is absent, as a stand-in (the data flow is checked, not their bodies), and verify says
+so. The interpreter is for small shapes: pass them with -D.
 
 options (and -D, --ranks, --ranks-per-node, --sms, --color as for `mkc check`):
   --interleavings N    random CTA interleavings the interpreter tries (default 4, at most 1000)
@@ -356,8 +357,9 @@ int cmd_check(const std::vector<std::string>& args, std::ostream& out, std::ostr
       for (const compiler::CheckedSchedule& s : checked) {
         fmt::print(out, "{}: schedule `{}` ok: {} tensors, {} operations{} ({:.1f} ms)\n", path,
                    s.name, s.tensors.size(), s.ops.size(),
-                   opts.ranks.empty() ? " (checked for 1, 2, 4 and 8 ranks)"
-                                      : fmt::format(" (checked for {} ranks)", s.ranks),
+                   opts.ranks.empty()
+                       ? " (checked for 1, 2, 4 and 8 ranks)"
+                       : fmt::format(" (checked for {} rank{})", s.ranks, s.ranks == 1 ? "" : "s"),
                    ms);
       }
     }
