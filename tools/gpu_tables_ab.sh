@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What must pass before the plan's tables become data by default (docs/COMPILER.md, "The plan's
 # tables"), from the bundle of tools/gpu_bundle.sh, in one device call:
-#   cd .device/bin && ./gpu_tables_ab.sh [--only tests|runs] [--budget-s S]
+#   cd .device/bin && ./gpu_tables_ab.sh [--only tests|runs] [--budget-s S] [--jobs N]
 # tests: every GPU test binary with MKC_TABLES=data, all at once (each under the budget), then
 #        doctest's summary line of each.
 # runs:  every sample checked (`mkc run --check`) at R 1, 2 and 3 sharing the GPU and across two
@@ -15,18 +15,21 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export MKC_CACHE_DIR="${MKC_CACHE_DIR:-/tmp/mkc_cache}"
 only=tests,runs
 budget=420
+jobs=4
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --only) only=$2; shift ;;
     --budget-s) budget=$2; shift ;;
-    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
-    *) echo "gpu_tables_ab: unknown argument $1 (--only tests|runs, --budget-s S)" >&2; exit 2 ;;
+    --jobs) jobs=$2; shift ;;
+    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    *) echo "gpu_tables_ab: unknown argument $1 (--only tests|runs, --budget-s S, --jobs N)" >&2; exit 2 ;;
   esac
   shift
 done
 failed=0
 out="${OUT:-/tmp}/tables_ab"
 mkdir -p "$out"
+: >"$out/check_failures"
 
 if [[ ,$only, == *,tests,* ]]; then
   for t in *_test; do
@@ -44,21 +47,32 @@ if [[ ,$only, == *,runs,* ]]; then
   small() {  # the sample's small shape as -D flags
     python3 -c "import json,sys; s=json.load(open('samples/small_shapes.json'))['shapes'].get(sys.argv[1], {}); print(' '.join(f'-D {k}={v}' for k, v in s.items()))" "$1"
   }
-  for f in samples/*.mks; do
+  check_one() {  # sample, world ("4 --ranks-per-node 2"): prints a line only when it fails
+    local f=$1 world=$2 name log
     name=$(basename "$f" .mks)
+    log="$out/check_${name}_${world%% *}.log"
+    # shellcheck disable=SC2046,SC2086
+    if ! MKC_TABLES=data timeout 240 ./mkc run --check --share-gpus --ranks $world $(small "$name") \
+      "$f" >"$log" 2>&1; then
+      # A world size the small shape does not divide is refused before anything runs.
+      grep -aq "inexact-division\|does not divide" "$log" && return 0
+      echo "check (data tables) $name R $world: FAILED: $(tail -2 "$log" | tr '\n' ' ')"
+    fi
+  }
+  # The checks run $jobs at a time: most of each is NVRTC and the CPU reference.
+  running=0
+  for f in samples/*.mks; do
     for world in "1" "2" "3" "4 --ranks-per-node 2"; do
-      # shellcheck disable=SC2046,SC2086
-      if ! MKC_TABLES=data timeout 120 ./mkc run --check --share-gpus --ranks $world $(small "$name") \
-        "$f" >"$out/check_${name}_${world%% *}.log" 2>&1; then
-        # A world size the small shape does not divide is refused before anything runs.
-        if grep -aq "inexact-division\|does not divide" "$out/check_${name}_${world%% *}.log"; then
-          continue
-        fi
-        echo "check (data tables) $name R $world: FAILED: $(tail -2 "$out/check_${name}_${world%% *}.log" | tr '\n' ' ')"
-        failed=$((failed + 1))
-      fi
+      check_one "$f" "$world" >>"$out/check_failures" &
+      running=$((running + 1))
+      if ((running >= jobs)); then wait -n; running=$((running - 1)); fi
     done
   done
+  wait
+  if [[ -s "$out/check_failures" ]]; then
+    cat "$out/check_failures"
+    failed=$((failed + $(wc -l <"$out/check_failures")))
+  fi
   echo "checks (data tables): done, $failed failed so far"
   for spec in "gemm.mks 1" "gemm_allreduce.mks 2" "moe_ffn_combine.mks 2" "ring_attention.mks 2"; do
     # shellcheck disable=SC2086
