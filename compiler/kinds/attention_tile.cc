@@ -131,10 +131,10 @@ class AttentionTile final : public Kind {
   void emit(Source& s, const Task& t) const override {
     if (const int d = tma_d(s, t)) {
       s.line("  extern __shared__ unsigned char mkc_smem[];");
-      s.line(fmt::format(
-          "  mkc::sm90::attention_tile_tma<{}, {}, {}>(a, v, args, kBuffers, mkc_smem, "
-          "next_args, next_v);",
-          s.type_of(t, 0), s.type_of(t, 3), d));
+      s.line(
+          fmt::format("  mkc::sm90::attention_tile_tma<{}, {}, {}>(a, v, args, kBuffers, mkc_smem, "
+                      "next_args, next_v);",
+                      s.type_of(t, 0), s.type_of(t, 3), d));
     } else {
       s.line(fmt::format("  mkc::attention_tile<{}, {}>(a, v, args, kBuffers);", s.type_of(t, 0),
                          s.type_of(t, 3)));

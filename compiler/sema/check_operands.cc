@@ -214,4 +214,19 @@ bool Checker::check_fn_arity(const Operand& at, int fn, size_t n) {
   return false;
 }
 
+void Checker::warn_lossy_use(const TensorUse& at, DType from, DType to, const std::string& what) {
+  std::string loses;
+  if (dtype_is_float(from) && !dtype_is_float(to)) {
+    loses = "fractions are dropped and values outside its range are undefined";
+  } else if (from == DType::kI64 && to == DType::kI32) {
+    loses = "values outside 32 bits do not survive";
+  }
+  if (loses.empty()) return;
+  warning(DiagKind::kDeviceFunction, at.span,
+          fmt::format("{} converts {} to {}: {}", what, dtype_name(from), dtype_name(to), loses))
+      .set_hint(
+          "declare the parameter or the tensor with the type the values have, or convert "
+          "explicitly in the device function");
+}
+
 }  // namespace mkc::compiler

@@ -334,6 +334,18 @@ bool Checker::check_map(OpCheck& check) {
     if (!want_shape(x, y.shape, fmt::format("map into `{}`", dsl::source_text(*file_, y.span))))
       return false;
   }
+  // The kernel converts each element to the parameter's type and the result to the output's:
+  // say where that loses the value.
+  const DeviceFunction& f = out_.device_fns[inst->device_fn];
+  for (size_t k = 0; k < inst->inputs.size(); ++k) {
+    const TensorUse& x = inst->inputs[k];
+    warn_lossy_use(x, out_.tensors[x.tensor].dtype, f.params[k].second,
+                   fmt::format("passing `{}` to `{}`'s parameter `{}`",
+                               dsl::source_text(*file_, x.span), f.name, f.params[k].first));
+  }
+  warn_lossy_use(
+      y, f.ret, out_.tensors[y.tensor].dtype,
+      fmt::format("storing `{}`'s result in `{}`", f.name, dsl::source_text(*file_, y.span)));
   return true;
 }
 

@@ -201,6 +201,9 @@ class Checker {
   static std::optional<dsl::Expr> int_expr(const dsl::Operand& o);
   int device_fn_arg(const dsl::Operand& o, const char* what);
   bool check_fn_arity(const dsl::Operand& at, int fn, size_t n);
+  // A warning at `at` when passing a `from` value where a `to` is wanted loses it (a float into an
+  // integer, i64 into i32); `what` names the passing ("`X` into `f`'s parameter `x`").
+  void warn_lossy_use(const TensorUse& at, DType from, DType to, const std::string& what);
 
   // ---- clauses (check_clauses.cc) -----------------------------------------------------------
   bool check_clauses(const dsl::OpDecl& op, OpKind kind, const LoopEnv& env, OpInstance* inst);
