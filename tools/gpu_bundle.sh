@@ -13,14 +13,16 @@ for t in $tests; do
   cp "bazel-bin/$pkg/$name" "$dest/"
 done
 # mkc itself optimised: `mkc run --check` computes its reference on the CPU.
-# job_probe: one rank of multiprocess_test's jobs.
+# job_probe: one rank of multiprocess_test's jobs; fn_eval: device functions on the GPU, for a
+# comparison with the CPU's evaluator here (tools/fn_eval/main.cc).
 bazel build -c opt //:mkc //bench:gemm_bench //bench:allreduce_bench //bench:gemm_allreduce_bench \
   //bench:proxy_bench //bench:proxy_gpu_bench \
-  //samples/host:gemm_allreduce //tools/mkrun //tests/runtime:job_probe //runtime:libmkc.so
+  //samples/host:gemm_allreduce //tools/mkrun //tests/runtime:job_probe //runtime:libmkc.so \
+  //tools/fn_eval
 cp bazel-bin/mkc bazel-bin/bench/gemm_bench bazel-bin/bench/allreduce_bench \
   bazel-bin/bench/gemm_allreduce_bench bazel-bin/bench/proxy_bench bazel-bin/bench/proxy_gpu_bench \
   bazel-bin/samples/host/gemm_allreduce bazel-bin/tools/mkrun/mkrun bazel-bin/tests/runtime/job_probe \
-  bazel-bin/runtime/libmkc.so "$dest/"
+  bazel-bin/runtime/libmkc.so bazel-bin/tools/fn_eval/fn_eval "$dest/"
 # Tests open samples/*.mks relative to where they run.
 cp -r samples "$dest/samples"
 cp tools/gpu_acceptance.sh tools/gpu_tables_ab.sh tools/trace_summary.py "$dest/"
