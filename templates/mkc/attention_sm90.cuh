@@ -265,13 +265,10 @@ __device__ __forceinline__ void attn_issue_pv(float* o, const unsigned* p,
 // P V are issued together, and block j's softmax runs while P V is on the tensor cores; the
 // rescale of O waits for that P V. P of block j-1 stays in its registers until its wgmma is done.
 template <typename T, typename TO, int D>
-__device__ __forceinline__ void attention_consumer(const KernelArgs& a, const View* v,
-                                                   const abi::AttentionTileArgs& at, int nb,
-                                                   const unsigned char* q_smem,
-                                                   const unsigned char* ring, u64* q_bar,
-                                                   unsigned q_phase, u64* full_k, u64* full_v,
-                                                   u64* empty_k, u64* empty_v, int nblocks,
-                                                   unsigned c0, int w, int t) {
+__device__ __forceinline__ void attention_consumer(
+    const KernelArgs& a, const View* v, const abi::AttentionTileArgs& at, int nb,
+    const unsigned char* q_smem, const unsigned char* ring, u64* q_bar, unsigned q_phase,
+    u64* full_k, u64* full_v, u64* empty_k, u64* empty_v, int nblocks, unsigned c0, int w, int t) {
   using S = AttnShape<D>;
   constexpr int kN = S::kBN;
   const long long Sq = v[0].shape[1], Sk = v[1].shape[1];
@@ -574,9 +571,8 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
     setmaxnreg_inc<168>();
   } else {
     setmaxnreg_inc<232>();
-    attention_consumer<T, TO, D>(a, v, at, nb, q_smem, ring, q_full + (tile & 1),
-                                 (tile >> 1) & 1, full_k, full_v, empty_k, empty_v, nblocks, c0,
-                                 wg - 1, t);
+    attention_consumer<T, TO, D>(a, v, at, nb, q_smem, ring, q_full + (tile & 1), (tile >> 1) & 1,
+                                 full_k, full_v, empty_k, empty_v, nblocks, c0, wg - 1, t);
     __syncwarp();
     named_bar_sync(kBarGroup + wg - 1, 128);
     setmaxnreg_dec<168>();
