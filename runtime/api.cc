@@ -72,7 +72,14 @@ Kernel Kernel::from_string(const std::string& name, const std::string& text,
   jo.arch = dev.arch();
   const codegen::Generated& g = impl->c->kernels[0];
   impl->bin = jit::jit_compile(g.source, impl->c->plans[0].schedule + ".cu", g.kernel_name, jo);
-  if (world.size > 1) {
+  if (options.all_gather && !options.world) {
+    throw UserError(
+        "KernelOptions::all_gather needs KernelOptions::world: this process's rank and the job's "
+        "size, as the caller's process group knows them");
+  }
+  if (world.size > 1 && options.all_gather) {
+    impl->group = std::make_unique<rt::Rendezvous>(world, options.all_gather);
+  } else if (world.size > 1) {
     impl->group =
         std::make_unique<rt::Rendezvous>(world, std::chrono::seconds(options.bootstrap_timeout_s));
   }

@@ -53,6 +53,11 @@ struct KernelOptions {
   int bootstrap_timeout_s = 120;                // how long processes wait for each other
   std::optional<rt::World> world = {};          // this process's place in the job, given instead of
                                                 // read from a launcher's variables
+  rt::BlockGatherFn all_gather = {};            // the caller's all-gather (MPI, a torch process
+                                                // group): the processes find each other through
+                                                // it instead of mkc's TCP rendezvous (no port);
+                                                // needs `world`, whose master_addr still picks
+                                                // the interface between nodes
   std::string tune_db = {};                     // the tuning database (docs/TUNING.md); empty:
                                                 // $MKC_TUNE_DB, else tune.json beside the JIT
                                                 // cache. Its entry for this compile, if any, sets

@@ -9,10 +9,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "support/error.h"
 
@@ -449,9 +451,55 @@ void Rendezvous::close_all() {
   listen_fd_ = -1;
 }
 
+Rendezvous::Rendezvous(const World& world, BlockGatherFn gather)
+    : world_(world), timeout_(0), gather_(std::move(gather)) {
+  if (!gather_) throw UserError("Rendezvous: the caller's all-gather is empty");
+  if (world_.size < 1 || world_.rank < 0 || world_.rank >= world_.size) {
+    throw UserError(
+        fmt::format("Rendezvous: rank {} is not in a world of {}", world_.rank, world_.size));
+  }
+}
+
+// Through the caller's gather: every rank's size (8 bytes each), then every blob in a block of
+// the largest size. Each step checks that this rank's own block came back where it belongs.
+std::vector<std::string> Rendezvous::gather_blobs(const std::string& mine) {
+  const size_t n = static_cast<size_t>(world_.size);
+  const auto check_own = [&](const char* all, const void* own, size_t bytes, const char* what) {
+    if (std::memcmp(all + static_cast<size_t>(world_.rank) * bytes, own, bytes) != 0) {
+      throw EnvironmentError(fmt::format(
+          "rendezvous: the caller's all-gather did not return rank {}'s own {} at its place "
+          "(block {} of {}): it must gather every rank's block in rank order",
+          world_.rank, what, world_.rank, n));
+    }
+  };
+  const uint64_t my_size = mine.size();
+  std::vector<uint64_t> sizes(n);
+  gather_(&my_size, sizeof(my_size), sizes.data());
+  check_own(reinterpret_cast<const char*>(sizes.data()), &my_size, sizeof(my_size), "size");
+  uint64_t largest = 0;
+  for (size_t r = 0; r < n; ++r) {
+    if (sizes[r] > kMaxBlob) {
+      throw EnvironmentError(fmt::format(
+          "rendezvous: the caller's all-gather gave rank {} a blob of {} bytes (at most {})", r,
+          sizes[r], kMaxBlob));
+    }
+    largest = std::max(largest, sizes[r]);
+  }
+  std::string block(largest, '\0'), all(n * largest, '\0');
+  std::copy(mine.begin(), mine.end(), block.begin());
+  if (largest > 0) {
+    gather_(block.data(), largest, all.data());
+    check_own(all.data(), block.data(), largest, "blob");
+  }
+  std::vector<std::string> out(n);
+  for (size_t r = 0; r < n; ++r) out[r] = all.substr(r * largest, sizes[r]);
+  return out;
+}
+
 std::vector<std::string> Rendezvous::all_gather(const std::string& mine) {
   if (world_.size == 1) return {mine};
   if (mine.size() > kMaxBlob) throw InternalError("rendezvous blob over 64 MiB");
+  if (gather_) return gather_blobs(mine);
   const auto deadline = Clock::now() + timeout_;
   std::vector<std::string> all(world_.size);
   const auto lost = [&](int rank, Recv why) {

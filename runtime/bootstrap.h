@@ -8,7 +8,8 @@
 // Rendezvous is a TCP star around rank 0 (MASTER_ADDR:MASTER_PORT) that the runtime uses to swap
 // small blobs (memory handles, queue-pair numbers) before any GPU traffic: all_gather() and
 // barrier(). Every step has a deadline; a rank that never comes, or goes away, is named in the
-// error instead of a hang.
+// error instead of a hang. A program that already has a process group (MPI, torch.distributed)
+// gives its all-gather instead (BlockGatherFn), and no port or server is involved.
 //
 // Who may join: rank 0 listens on MASTER_ADDR's address only (loopback, 127.0.0.1, when the job
 // names none: a one-host job), not on every interface. A rank introduces itself with the job's
@@ -67,6 +68,12 @@ int job_size(const World& world, int requested);
 // `share_gpus` (rank r on GPU r % gpus; each of a GPU's ranks gets its share of the SMs).
 Placement place_ranks(const World& world, int requested, int gpus, bool share_gpus);
 
+// A caller's collective all-gather of fixed-size blocks: `bytes` bytes from this rank at `mine`,
+// every rank's block in rank order into `all` (world size x `bytes`). MPI_Allgather, a
+// torch.distributed process group's all_gather_into_tensor, or a store do it; called collectively,
+// in the same order on every rank. Throws (any exception) when it cannot.
+using BlockGatherFn = std::function<void(const void* mine, size_t bytes, void* all)>;
+
 class Rendezvous {
  public:
   // Rank 0 listens on master_addr:master_port (that address only) and waits for the other ranks,
@@ -74,6 +81,11 @@ class Rendezvous {
   // them. Throws EnvironmentError after `timeout` naming the ranks that never came (rank 0, with
   // the connections it refused) or the address that never answered.
   Rendezvous(const World& world, std::chrono::milliseconds timeout);
+  // Through the caller's own all-gather instead of mkc's TCP star (no address, port or token):
+  // a blob goes as its size, then as blocks of the largest size. What the caller's gather returns
+  // is checked (this rank's block where it belongs, sizes in range): an EnvironmentError names
+  // the rank and the fault otherwise.
+  Rendezvous(const World& world, BlockGatherFn gather);
   ~Rendezvous();
   Rendezvous(const Rendezvous&) = delete;
   Rendezvous& operator=(const Rendezvous&) = delete;
@@ -89,10 +101,12 @@ class Rendezvous {
   void accept_ranks(const sockaddr_in& addr, Deadline deadline);
   void connect_to_rank0(const sockaddr_in& addr, Deadline deadline, const std::string& where);
   void close_all();
+  std::vector<std::string> gather_blobs(const std::string& mine);
 
   World world_;
   std::chrono::milliseconds timeout_;
   int listen_fd_ = -1;
+  BlockGatherFn gather_;    // the caller's, when given
   std::vector<int> peers_;  // rank 0: the socket of rank r at [r]; others: [0] = rank 0
 };
 

@@ -163,6 +163,40 @@ int mkc_compile_string(const char* name, const char* text, const char* defines, 
   });
 }
 
+int mkc_compile_string_group(const char* name, const char* text, const char* defines, int rank,
+                             int size, int local_rank, int local_size, int ranks_per_node,
+                             mkc_gather_fn gather, void* ctx, mkc_kernel** out, char* err,
+                             int err_len) {
+  return guarded(err, err_len, [&] {
+    if (name == nullptr || text == nullptr || out == nullptr || gather == nullptr)
+      throw mkc::UserError("mkc_compile_string_group: null argument");
+    if (size < 1 || rank < 0 || rank >= size || local_size < 1 || local_rank < 0 ||
+        local_rank >= local_size || local_size > size) {
+      throw mkc::UserError(fmt::format(
+          "mkc_compile_string_group: rank {} of {}, local rank {} of {} is not a place in a job",
+          rank, size, local_rank, local_size));
+    }
+    mkc::rt::World w;
+    w.rank = rank;
+    w.size = size;
+    w.local_rank = local_rank;
+    w.local_size = local_size;
+    w.source = "the caller's process group";
+    mkc::KernelOptions o;
+    o.defines = parse_defines(defines);
+    o.ranks_per_node = ranks_per_node;
+    o.share_gpus = true;
+    o.world = w;
+    o.all_gather = [gather, ctx](const void* mine, size_t bytes, void* all) {
+      if (const int rc = gather(ctx, mine, bytes, all); rc != 0) {
+        throw mkc::EnvironmentError(fmt::format(
+            "the caller's all-gather failed (it returned {}) with {} bytes a rank", rc, bytes));
+      }
+    };
+    *out = new mkc_kernel{mkc::Kernel::from_string(name, text, o)};
+  });
+}
+
 int mkc_compile_file(const char* path, const char* defines, int ranks, mkc_kernel** out, char* err,
                      int err_len) {
   return guarded(err, err_len, [&] {

@@ -15,15 +15,18 @@
 #ifndef MKC_RUNTIME_CAPI_H_
 #define MKC_RUNTIME_CAPI_H_
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct mkc_kernel mkc_kernel;
 
-/* The version of this API: 2 added mkc_inspect, mkc_compile_string and mkc_free_string. A caller
- * built for another version should refuse the library (python/mkc does). */
-#define MKC_ABI_VERSION 2
+/* The version of this API: 2 added mkc_inspect, mkc_compile_string and mkc_free_string; 3
+ * mkc_compile_string_group. A caller built for another version should refuse the library
+ * (python/mkc does). */
+#define MKC_ABI_VERSION 3
 int mkc_abi_version(void);
 
 /* Checks, plans and generates the schedule `text` (`name` is the file name its diagnostics use)
@@ -43,6 +46,22 @@ void mkc_free_string(char* s);
  * node (0: $MKC_RANKS_PER_NODE, else one node). */
 int mkc_compile_string(const char* name, const char* text, const char* defines, int ranks,
                        int ranks_per_node, mkc_kernel** out, char* err, int err_len);
+
+/* A caller's all-gather of fixed-size blocks: `bytes` bytes from this process at `mine`, every
+ * process's block in rank order into `all` (size x bytes): MPI_Allgather, or a torch.distributed
+ * group's all_gather_into_tensor. Called collectively, in the same order in every process.
+ * Returns 0, or non-zero when it failed (the call that needed it then fails, saying so). */
+typedef int (*mkc_gather_fn)(void* ctx, const void* mine, size_t bytes, void* all);
+
+/* mkc_compile_string for process `rank` of a job of `size` processes, one rank each
+ * (`local_rank` of `local_size` on this host; its GPU is local_rank modulo the GPUs, shared when
+ * there are fewer), which find each other through the caller's `gather` (with `ctx`): no
+ * launcher variables, port or server. Every process makes the same calls in the same order
+ * (compile, launches, traces). ranks_per_node as in mkc_compile_string. */
+int mkc_compile_string_group(const char* name, const char* text, const char* defines, int rank,
+                             int size, int local_rank, int local_size, int ranks_per_node,
+                             mkc_gather_fn gather, void* ctx, mkc_kernel** out, char* err,
+                             int err_len);
 
 /* Compiles the schedule in `path` with `defines` ("NAME=VALUE,NAME=VALUE", may be empty or null;
  * each item as `mkc -D` takes it) for `ranks` ranks in this process (0: one per GPU; ranks may

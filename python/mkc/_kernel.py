@@ -49,6 +49,31 @@ def _world(group, ranks, ranks_per_node):
     return ranks, ranks_per_node or 0, rank
 
 
+def _group_gather(group):
+    """mkc_gather_fn over a torch.distributed process group (its own backend: CPU tensors for
+    gloo, the current GPU's for nccl), and the list where a failure's exception is kept."""
+    import torch
+    dist = sys.modules["torch.distributed"]
+    size = dist.get_world_size(group)
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend(group) == "nccl" else torch.device("cpu"))
+    failures = []
+
+    def gather(_ctx, mine, nbytes, out):
+        try:
+            src = torch.frombuffer(bytearray(ctypes.string_at(mine, nbytes)), dtype=torch.uint8)
+            blocks = [torch.empty(nbytes, dtype=torch.uint8, device=device) for _ in range(size)]
+            dist.all_gather(blocks, src.to(device), group=group)
+            host = torch.cat(blocks).cpu().contiguous()
+            ctypes.memmove(out, host.data_ptr(), size * nbytes)
+            return 0
+        except Exception as e:  # noqa: BLE001 (raised again after the C call returns)
+            failures.append(e)
+            return 1
+
+    return _lib.GATHER_FN(gather), failures
+
+
 def compile(schedule, *, ranks=None, ranks_per_node=None, group=None, name=None, **params):
     """Compiles a schedule: a .mks file's path, or its text (anything holding a newline or a `{`).
 
@@ -128,15 +153,26 @@ class Kernel:
     # ---- on a GPU ----------------------------------------------------------------------------
     def _gpu(self):
         if self._handle is None:
-            if self._group is not None and self.ranks > 1:
-                raise MkcError("mkc: launching one rank per process through a process group is "
-                               "not built yet (docs/PYTHON.md); use ranks in one process")
             lib = _lib.lib()
             err = ctypes.create_string_buffer(16384)
             handle = ctypes.c_void_p()
-            rc = lib.mkc_compile_string(self.source.encode(), self._text.encode(),
-                                        self._defines.encode(), self.ranks, self.ranks_per_node,
-                                        ctypes.byref(handle), err, len(err))
+            if self._group is not None and self.ranks > 1:
+                # One rank per process: the processes find each other through the group.
+                gather, failures = _group_gather(self._group)
+                local_size = int(os.environ.get("LOCAL_WORLD_SIZE", self.ranks))
+                local_rank = int(os.environ.get("LOCAL_RANK", self.rank % local_size))
+                rc = lib.mkc_compile_string_group(
+                    self.source.encode(), self._text.encode(), self._defines.encode(), self.rank,
+                    self.ranks, local_rank, local_size, self.ranks_per_node, gather, None,
+                    ctypes.byref(handle), err, len(err))
+                self._gather = gather  # launches may gather again (traces)
+                if rc != 0 and failures:
+                    raise MkcError(f"{err.value.decode(errors='replace')}: {failures[0]!r}")
+            else:
+                rc = lib.mkc_compile_string(self.source.encode(), self._text.encode(),
+                                            self._defines.encode(), self.ranks,
+                                            self.ranks_per_node, ctypes.byref(handle), err,
+                                            len(err))
             if rc != 0:
                 raise MkcError(err.value.decode(errors="replace"))
             self._handle = handle

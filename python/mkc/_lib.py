@@ -10,8 +10,12 @@ import os
 
 from ._errors import MkcError
 
+# mkc_gather_fn (runtime/capi.h): the caller's all-gather of fixed-size blocks.
+GATHER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                             ctypes.c_void_p)
+
 # The C API's version this package speaks (mkc_abi_version); a library of another is refused.
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 _lib = None
 
@@ -54,6 +58,9 @@ def lib():
         "mkc_free_string": ([c_void_p], None),
         "mkc_compile_string": ([c_char_p, c_char_p, c_char_p, c_int, c_int,
                                 ctypes.POINTER(c_void_p), c_char_p, c_int], c_int),
+        "mkc_compile_string_group": ([c_char_p, c_char_p, c_char_p, c_int, c_int, c_int, c_int,
+                                      c_int, GATHER_FN, c_void_p, ctypes.POINTER(c_void_p),
+                                      c_char_p, c_int], c_int),
         "mkc_bind": ([c_void_p, c_char_p, c_int, c_void_p, c_char_p, c_int], c_int),
         "mkc_data": ([c_void_p, c_char_p, c_int, ctypes.POINTER(c_void_p), c_char_p, c_int], c_int),
         "mkc_launch_async": ([c_void_p, c_void_p, c_char_p, c_int], c_int),

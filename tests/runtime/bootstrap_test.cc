@@ -18,9 +18,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -579,4 +583,130 @@ TEST_CASE("mkrun: what the ranks leave running is stopped when they all succeed"
 }
 
 }  // namespace
+// An in-process all-gather of fixed-size blocks for `n` threads: what MPI_Allgather or a torch
+// process group gives a program, here without a network. `shift` puts each block one place later
+// (a broken gather); `huge` reports the last rank's size as 1 TiB (a corrupt one).
+class ThreadGather {
+ public:
+  explicit ThreadGather(int n) : n_(n) {}
+  bool shift = false;
+  bool huge = false;
+  BlockGatherFn for_rank(int r) {
+    return [this, r](const void* mine, size_t bytes, void* all) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      const uint64_t generation = generation_;
+      if (arrived_ == 0) round_.assign(static_cast<size_t>(n_) * bytes, '\0');
+      const size_t at = static_cast<size_t>(shift ? (r + 1) % n_ : r) * bytes;
+      std::memcpy(round_.data() + at, mine, bytes);
+      if (++arrived_ == n_) {
+        if (huge && bytes == sizeof(uint64_t)) {
+          const uint64_t tib = uint64_t{1} << 40;
+          std::memcpy(round_.data() + static_cast<size_t>(n_ - 1) * sizeof(uint64_t), &tib,
+                      sizeof(tib));
+        }
+        result_ = round_;
+        arrived_ = 0;
+        ++generation_;
+        done_.notify_all();
+      } else {
+        done_.wait(lock, [&] { return generation_ != generation; });
+      }
+      std::memcpy(all, result_.data(), result_.size());
+    };
+  }
+
+ private:
+  int n_;
+  std::mutex mutex_;
+  std::condition_variable done_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  std::string round_, result_;
+};
+
+// Runs `n` ranks as threads, each with a Rendezvous through `gather`, calling `body`; returns
+// each rank's exception text ("" when it finished).
+std::vector<std::string> run_gathering(int n, ThreadGather& gather,
+                                       const std::function<void(Rendezvous&, int)>& body) {
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        World w;
+        w.rank = r;
+        w.size = n;
+        w.local_rank = r;
+        w.local_size = n;
+        Rendezvous rv(w, gather.for_rank(r));
+        body(rv, r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST_CASE("rendezvous through the caller's all-gather: blobs of every size, in rank order") {
+  const int n = 4;
+  ThreadGather gather(n);
+  std::vector<std::vector<std::string>> got(n), again(n);
+  const auto errors = run_gathering(n, gather, [&](Rendezvous& rv, int r) {
+    got[r] = rv.all_gather(std::string(1000 * r, static_cast<char>('a' + r)));  // rank 0: empty
+    rv.barrier();
+    again[r] = rv.all_gather(std::to_string(r * r));
+  });
+  for (int r = 0; r < n; ++r) {
+    CHECK_MESSAGE(errors[r].empty(), errors[r]);
+    REQUIRE(got[r].size() == 4u);
+    for (int k = 0; k < n; ++k) {
+      CHECK(got[r][k] == std::string(1000 * k, static_cast<char>('a' + k)));
+      CHECK(again[r][k] == std::to_string(k * k));
+    }
+  }
+}
+
+TEST_CASE("rendezvous through the caller's all-gather: a gather out of rank order is named") {
+  const int n = 3;
+  ThreadGather gather(n);
+  gather.shift = true;
+  // Sizes that differ: the first round (the sizes) already finds it.
+  auto errors = run_gathering(n, gather, [](Rendezvous& rv, int r) {
+    rv.all_gather(std::string(static_cast<size_t>(r + 1), 'x'));
+  });
+  for (int r = 0; r < n; ++r) {
+    CHECK(errors[r].find(fmt::format("did not return rank {}'s own size at its place", r)) !=
+          std::string::npos);
+  }
+  // Sizes alike: the second (the blobs).
+  errors =
+      run_gathering(n, gather, [](Rendezvous& rv, int r) { rv.all_gather(std::to_string(r)); });
+  for (int r = 0; r < n; ++r) {
+    CHECK(errors[r].find(fmt::format("did not return rank {}'s own blob at its place", r)) !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("rendezvous through the caller's all-gather: a corrupt size and a failing gather") {
+  const int n = 3;
+  ThreadGather gather(n);
+  gather.huge = true;
+  const auto errors = run_gathering(n, gather, [](Rendezvous& rv, int) { rv.all_gather("blob"); });
+  for (int r = 0; r < n - 1; ++r)
+    CHECK(errors[r].find("gave rank 2 a blob of 1099511627776 bytes") != std::string::npos);
+  CHECK(errors[n - 1].find("own size") != std::string::npos);  // its own was changed
+
+  World w;
+  w.rank = 0;
+  w.size = 2;
+  Rendezvous failing(
+      w, [](const void*, size_t, void*) { throw EnvironmentError("the process group is gone"); });
+  CHECK_THROWS_WITH_AS(failing.all_gather("x"), "the process group is gone", EnvironmentError);
+  CHECK_THROWS_AS(Rendezvous(w, BlockGatherFn{}), UserError);
+  w.rank = 2;
+  CHECK_THROWS_AS(Rendezvous(w, [](const void*, size_t, void*) {}), UserError);
+}
+
 }  // namespace mkc::rt

@@ -42,6 +42,25 @@ TEST_CASE("capi: a missing file or a bad define is the caller's error, before an
   CHECK(k == nullptr);
 }
 
+TEST_CASE("capi: a process group's compile refuses a place that is not in the job") {
+  char err[1024];
+  mkc_kernel* k = nullptr;
+  const char* text = "schedule s {\n input X : f32[8]\n output Y : f32[8]\n}\n";
+  const mkc_gather_fn gather = [](void*, const void*, size_t, void*) { return 0; };
+  CHECK(mkc_compile_string_group("s.mks", text, "", 2, 2, 0, 1, 0, gather, nullptr, &k, err,
+                                 sizeof err) == mkc::kExitUserError);
+  CHECK(std::string(err).find("rank 2 of 2") != std::string::npos);
+  CHECK(mkc_compile_string_group("s.mks", text, "", 0, 2, 1, 1, 0, gather, nullptr, &k, err,
+                                 sizeof err) == mkc::kExitUserError);
+  CHECK(std::string(err).find("local rank 1 of 1") != std::string::npos);
+  CHECK(mkc_compile_string_group("s.mks", text, "", 0, 2, 0, 1, 0, nullptr, nullptr, &k, err,
+                                 sizeof err) == mkc::kExitUserError);
+  CHECK(std::string(err).find("null argument") != std::string::npos);
+  CHECK(k == nullptr);
+  CHECK(mkc_abi_version() == MKC_ABI_VERSION);
+  CHECK(MKC_ABI_VERSION == 3);
+}
+
 TEST_CASE("capi: a short error buffer gets a terminated prefix") {
   char err[8];
   mkc_kernel* k = nullptr;
