@@ -4,11 +4,14 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <sstream>
 
 #include "compiler/pipeline.h"
 #include "dsl/diagnostics.h"
 #include "dsl/source.h"
 #include "runtime/trace.h"
+#include "runtime/tune_run.h"
 #include "runtime/verify.h"
 #include "support/error.h"
 #include "tune/apply.h"
@@ -22,6 +25,12 @@ int64_t TensorInfo::elements() const {
 }
 
 struct Kernel::Impl {
+  // What built it, for tune(): the source, the options, the compile's world and SMs.
+  std::string name, text;
+  KernelOptions options;
+  compiler::CheckOptions check;
+  std::string defines_text, arch, db;
+  bool multi_process = false;
   std::unique_ptr<rt::Rendezvous> group;  // one process per rank
   std::unique_ptr<compiler::Compilation> c;
   jit::JitOutput bin;
@@ -32,6 +41,36 @@ Kernel::Kernel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Kernel::Kernel(Kernel&&) noexcept = default;
 Kernel& Kernel::operator=(Kernel&&) noexcept = default;
 Kernel::~Kernel() = default;
+
+namespace {
+
+// Tunes the (one) schedule of `file`, compiled with `check` for `arch`, and stores the winner
+// in the database at `db`; the winner's µs per launch, or 0 when nothing is tunable.
+double tune_into_db(const std::shared_ptr<const dsl::SourceFile>& file,
+                    const compiler::CheckOptions& check, const std::string& defines_text,
+                    const std::string& arch, bool share_gpus, const std::string& db,
+                    const TuneOptions& options, std::ostream* progress) {
+  rt::TuneRunOptions to;
+  to.check = check;
+  to.defines_text = defines_text;
+  to.arch = arch;
+  to.share_gpus = share_gpus;
+  to.iters = options.iters;
+  to.search.candidates = options.candidates;
+  to.search.budget_s = options.budget_s;
+  std::ostringstream quiet;
+  const std::optional<tune::Entry> e =
+      rt::tune_schedule(file, 0, to, progress != nullptr ? *progress : quiet);
+  if (!e) return 0;
+  const auto checked = compiler::compile_file(file, check, defines_text, false);
+  if (!checked->ok()) throw InternalError("a schedule that was tuned stopped compiling");
+  tune::Entry stored = *e;
+  stored.tuned_at = tune::utc_now();
+  tune::store(db, tune::tune_key(*file, checked->checked[0], check, arch), stored);
+  return e->us;
+}
+
+}  // namespace
 
 Kernel Kernel::from_file(const std::string& path, const KernelOptions& options) {
   const auto file = dsl::SourceFile::read(path);
@@ -60,6 +99,24 @@ Kernel Kernel::from_string(const std::string& name, const std::string& text,
   auto impl = std::make_unique<Impl>();
   const auto file = std::make_shared<dsl::SourceFile>(name, text);
   const std::string db = tune::default_db_path(options.tune_db);
+  impl->name = name;
+  impl->text = text;
+  impl->options = options;
+  impl->check = co;
+  impl->defines_text = defines_text;
+  impl->arch = dev.arch();
+  impl->db = db;
+  impl->multi_process = world.size > 1;
+  // MKC_TUNE=on: a kernel the database has no entry for is tuned first, in one process only (the
+  // processes of a job would each measure, and race to store), as `mkc run` does.
+  if (!impl->multi_process && !db.empty() && tune::mode_from_env() == tune::Mode::kOn) {
+    const auto checked = compiler::compile_file(file, co, defines_text, false);
+    if (checked->ok() && checked->checked.size() == 1 &&
+        !tune::lookup(db, tune::tune_key(*file, checked->checked[0], co, dev.arch()), nullptr)) {
+      tune_into_db(file, co, defines_text, dev.arch(), options.share_gpus, db, TuneOptions{},
+                   &std::cerr);
+    }
+  }
   impl->c = compiler::compile_file(
       file, co, defines_text, true,
       db.empty() ? nullptr : tune::tuned_from_db(db, file, co, dev.arch(), std::cerr));
@@ -188,6 +245,34 @@ void Kernel::synchronize() {
 
 double Kernel::time(int iters) {
   return impl_->job->time_launches(iters);
+}
+
+double Kernel::tune(const TuneOptions& options, std::ostream* progress) {
+  if (impl_->multi_process) {
+    throw UserError(
+        "Kernel::tune: this kernel's ranks run in several processes, which would each measure "
+        "and race to store; tune it in one process (`mkc tune`, or a Kernel with every rank here) "
+        "and ship the database");
+  }
+  if (impl_->db.empty()) {
+    throw UserError(
+        "Kernel::tune: no tuning database path (the JIT cache's directory cannot be used): set "
+        "KernelOptions::tune_db or MKC_TUNE_DB");
+  }
+  const auto file = std::make_shared<dsl::SourceFile>(impl_->name, impl_->text);
+  // The measurements need the GPU's memory: this kernel's job goes first.
+  impl_->job.reset();
+  double us = 0;
+  try {
+    us = tune_into_db(file, impl_->check, impl_->defines_text, impl_->arch,
+                      impl_->options.share_gpus, impl_->db, options, progress);
+  } catch (...) {
+    *this = from_string(impl_->name, impl_->text, impl_->options);  // usable as it was
+    throw;
+  }
+  // Rebuilt from what built it; the database's new entry now applies.
+  *this = from_string(impl_->name, impl_->text, impl_->options);
+  return us;
 }
 
 int Kernel::trace(const std::string& path) {

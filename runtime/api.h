@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,13 @@ struct KernelOptions {
                                                 // cache. Its entry for this compile, if any, sets
   // the tiles of GEMMs without tile(...); MKC_TUNE=off
   // ignores it
+};
+
+// Kernel::tune's budget (docs/TUNING.md).
+struct TuneOptions {
+  int candidates = 6;     // per GEMM, the cost model's best this many are measured
+  double budget_s = 600;  // no new measurement after this long (the best so far wins)
+  int iters = 20;         // launches timed per measurement
 };
 
 struct TensorInfo {
@@ -111,7 +119,15 @@ class Kernel {
   void launch_async(const std::vector<CUstream>& streams);
   // Waits for launch_async's launches; throws rt::LaunchError if one timed out.
   void synchronize();
-  double time(int iters);              // mean µs per launch, launches back to back
+  double time(int iters);  // mean µs per launch, launches back to back
+  // Measures the cost model's candidates for this kernel's GEMMs without tile(...) on this
+  // process's GPUs, stores the fastest in the tuning database (KernelOptions::tune_db's) and
+  // rebuilds the kernel with it, as `mkc tune` then a new Kernel would. Every rank must be in this
+  // process (UserError under a launcher or a process group: each would measure). Bindings and
+  // tensor contents do not survive. A line per measurement on `progress` (null: none). Returns the
+  // winner's µs per launch, or 0 when there is no GEMM to tune (the kernel is left as it was).
+  // With MKC_TUNE=on, construction does this for a kernel the database has no entry for.
+  double tune(const TuneOptions& options = {}, std::ostream* progress = nullptr);
   int trace(const std::string& path);  // one traced launch; returns the events written
 
   // The parts, for tools that want more.

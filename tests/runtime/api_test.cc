@@ -7,7 +7,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "runtime/cuda_driver.h"
 #include "support/error.h"
@@ -208,6 +212,47 @@ GPU_TEST_CASE("api: a symmetric tensor in the caller's memory when every rank is
     MKC_CU(d, cuCtxSetCurrent, k.job().context(r));
     MKC_CU(d, cuStreamDestroy, streams[r]);
   }
+}
+
+// Kernel::tune: a GEMM without tile(...) measured on the GPU, the winner stored in the database
+// and the kernel rebuilt with it; the rebuilt kernel still computes the product (against the
+// inputs' fp64 product on a few entries); a schedule with nothing to tune returns 0 and keeps
+// the kernel.
+GPU_TEST_CASE("api: Kernel::tune measures, stores and rebuilds") {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string db = std::string(tmp != nullptr ? tmp : "/tmp") + "/api_tune.json";
+  std::remove(db.c_str());
+  const char* gemm = R"(schedule g {
+  param M = 128, N = 1024, K = 2048
+  input  A : bf16[M, K]
+  input  B : bf16[K, N]
+  output C : f32[M, N]
+  compute mm = gemm(A, B -> C)
+}
+)";
+  Kernel k = Kernel::from_string("g.mks", gemm, {.ranks = 1, .tune_db = db});
+  std::ostringstream progress;
+  const double us = k.tune({.candidates = 2, .budget_s = 60, .iters = 3}, &progress);
+  CHECK(us > 0);
+  CHECK_MESSAGE(progress.str().find("the compiler's own choice") != std::string::npos,
+                progress.str());
+  std::ifstream in(db);
+  std::stringstream stored;
+  stored << in.rdbuf();
+  CHECK(stored.str().find("\"mkc-tune-db\"") != std::string::npos);
+  k.set_random_inputs(7);
+  k.launch();
+  const std::vector<double> a = k.get("A", 0), b = k.get("B", 0), c = k.get("C", 0);
+  for (int64_t i : {0, 77, 127}) {
+    for (int64_t j : {0, 500, 1023}) {
+      double want = 0;
+      for (int64_t x = 0; x < 2048; ++x) want += a[i * 2048 + x] * b[x * 1024 + j];
+      CHECK(c[i * 1024 + j] == doctest::Approx(want).epsilon(1e-3).scale(1.0));
+    }
+  }
+  Kernel scale = Kernel::from_string("scale.mks", kScale, {.ranks = 1, .tune_db = db});
+  CHECK(scale.tune() == 0);
+  CHECK(scale.tensor("X").elements() == 1000);
 }
 
 }  // namespace

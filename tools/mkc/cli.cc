@@ -38,6 +38,7 @@
 #include "runtime/local_job.h"
 #include "runtime/npy.h"
 #include "runtime/trace.h"
+#include "runtime/tune_run.h"
 #include "runtime/verify.h"
 #include "support/error.h"
 #include "support/phases.h"
@@ -792,26 +793,16 @@ int tune_schedules(const std::shared_ptr<const dsl::SourceFile>& file, const Fla
                s.ranks, dev.name, gemms.size(),
                only_missing ? " (MKC_TUNE=on, no entry in the database yet)" : "");
     out.flush();
-    const tune::Measure measure = [&](const tune::Knobs& knobs) {
-      const auto trial =
-          front_end(file, f, err, term, true, [&](const compiler::CheckedSchedule& cs) {
-            return cs.name == s.name ? knobs : tune::Knobs{};
-          });
-      if (trial == nullptr) throw InternalError("a schedule that compiled stopped compiling");
-      const plan::Plan& p = trial->plans[k];
-      const codegen::Generated& g = trial->kernels[k];
-      jit::JitOptions jo;
-      jo.arch = dev.arch();
-      const jit::JitOutput j = jit::jit_compile(g.source, p.schedule + ".cu", g.kernel_name, jo);
-      rt::LocalJobOptions lo;
-      lo.file = trial->file;
-      lo.share_gpus = share_gpus;
-      rt::LocalJob job(p, j.cubin, g, lo);
-      rt::upload_inputs(job, p, plan::random_inputs(p, 1, plan::Routing::kUniform));
-      job.launch();  // warm-up
-      return job.time_launches(static_cast<int>(iters));
-    };
-    const tune::Entry e = tune::search(gemms, measure, so, out);
+    rt::TuneRunOptions to;
+    to.check = f.check;
+    to.defines_text = f.defines_text;
+    to.arch = dev.arch();
+    to.share_gpus = share_gpus;
+    to.iters = static_cast<int>(iters);
+    to.search = so;
+    const std::optional<tune::Entry> found = rt::tune_schedule(file, k, to, out);
+    if (!found) continue;  // front_end's gemms said otherwise: nothing to store
+    const tune::Entry& e = *found;
     tune::Entry stored = e;
     stored.tuned_at = tune::utc_now();
     tune::store(db, key, stored);
