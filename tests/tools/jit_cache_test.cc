@@ -62,6 +62,21 @@ bool defines(const std::string& cubin, const std::string& symbol) {
   return cubin.find(std::string(1, '\0') + symbol + std::string(1, '\0')) != std::string::npos;
 }
 
+// What ptxas said of the kernel (registers, spills) comes back with a hit: tests hold kernels to
+// "no spills" whether they compiled them or found them in the cache.
+TEST_CASE("a hit keeps the kernel's registers and spills") {
+  const std::string dir = fresh_dir("jit_figures");
+  const JitOutput cold = compile("mkc_figures", dir);
+  REQUIRE_FALSE(cold.cache_hit);
+  REQUIRE(cold.registers > 0);
+  REQUIRE(cold.spill_bytes >= 0);
+  const JitOutput hit = compile("mkc_figures", dir);
+  REQUIRE(hit.cache_hit);
+  CHECK(hit.registers == cold.registers);
+  CHECK(hit.spill_bytes == cold.spill_bytes);
+  CHECK(hit.stack_bytes == cold.stack_bytes);
+}
+
 TEST_CASE("an entry copied under another key's name is not a hit") {
   const std::string dir = fresh_dir("jit_forged");
   compile("mkc_alpha", dir);
