@@ -243,6 +243,23 @@ std::string jit_cache_key(const std::string& source, const std::string& kernel_n
   return fmt::format("{:016x}{:016x}", mkc::fnv1a(k), mkc::fnv1a(k, 0x9e3779b97f4a7c15ull));
 }
 
+std::string resources_text(const JitOutput& out) {
+  const char* origin = out.cache_hit ? "cache hit" : "compiled";
+  if (out.registers >= 0 && out.spill_bytes >= 0) {
+    return fmt::format("{} registers, {} B spilled ({})", out.registers, out.spill_bytes, origin);
+  }
+  std::string lines;
+  int kept = 0;
+  std::istringstream in(out.log);
+  for (std::string line; std::getline(in, line) && kept < 12;) {
+    if (line.find("ptxas") == std::string::npos) continue;
+    lines += "\n  " + line;
+    ++kept;
+  }
+  return fmt::format("ptxas's figures not found ({}, a log of {} bytes){}", origin, out.log.size(),
+                     lines.empty() ? std::string(": no ptxas line") : lines);
+}
+
 std::string cache_dir(const JitOptions& options) {
   const CacheDir d = locate(options);
   if (!d.error.empty()) {

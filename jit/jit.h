@@ -54,6 +54,11 @@ struct JitOutput {
 JitOutput jit_compile(const std::string& source, const std::string& program_name,
                       const std::string& kernel_name, const JitOptions& options);
 
+// The kernel's figures for a message: "168 registers, 0 B spilled (compiled)" or "(cache hit)";
+// where ptxas's figures were not found, the log's ptxas lines (at most 12) instead, so that a
+// failed "no spills" check says what ptxas did say.
+std::string resources_text(const JitOutput& out);
+
 // The cache directory in use (created 0700 if missing). Throws EnvironmentError when it cannot be
 // created or is refused (not the user's, writable by others), naming it and why.
 std::string cache_dir(const JitOptions& options);

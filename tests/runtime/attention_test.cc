@@ -102,7 +102,7 @@ GPU_TEST_CASE("attention: the tensor-core tile against fp64, every shape class")
       MESSAGE(label << ": " << paths << b.jit.registers << " registers, " << b.jit.spill_bytes
                     << " B spilled");
       // The consumers run on 232 registers (setmaxnreg): nothing spills at either head dim.
-      CHECK(b.jit.spill_bytes == 0);
+      CHECK_MESSAGE(b.jit.spill_bytes == 0, jit::resources_text(b.jit));
     }
   }
 }
@@ -154,7 +154,7 @@ GPU_TEST_CASE("attention: causal with q_start and k_start on the tensor-core til
       Built b = build("offset", kOffset, 1, {{"D", k.d}, {"QS", k.qs}, {"KS", k.ks}});
       const std::string paths = run(b, 2, label);
       CHECK_MESSAGE(paths.find("wgmma") != std::string::npos, paths);
-      CHECK(b.jit.spill_bytes == 0);
+      CHECK_MESSAGE(b.jit.spill_bytes == 0, jit::resources_text(b.jit));
     }
   }
   SUBCASE("the SIMT tile, D=40 q_start=1 k_start=38") {

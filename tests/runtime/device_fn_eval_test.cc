@@ -178,7 +178,7 @@ schedule maps {
   auto file = std::make_shared<dsl::SourceFile>("maps.mks", kMap);
   for (int64_t n : {2048, 136, 77, 130}) {
     Built b = build(file, 1, {{"N", n}});
-    CHECK(b.jit.spill_bytes == 0);
+    CHECK_MESSAGE(b.jit.spill_bytes == 0, jit::resources_text(b.jit));
     LocalJobOptions lo;
     lo.file = file;
     LocalJob job(b.c->plans[0], b.jit.cubin, b.c->kernels[0], lo);

@@ -75,6 +75,14 @@ TEST_CASE("a hit keeps the kernel's registers and spills") {
   CHECK(hit.registers == cold.registers);
   CHECK(hit.spill_bytes == cold.spill_bytes);
   CHECK(hit.stack_bytes == cold.stack_bytes);
+  CHECK(resources_text(hit).find("B spilled (cache hit)") != std::string::npos);
+  JitOutput lost = hit;
+  lost.registers = lost.spill_bytes = -1;
+  lost.log = "ptxas info    : Compiling entry function 'x'\nsomething else";
+  const std::string said = resources_text(lost);
+  CHECK(said.find("ptxas's figures not found (cache hit") != std::string::npos);
+  CHECK(said.find("Compiling entry function 'x'") != std::string::npos);
+  CHECK(said.find("something else") == std::string::npos);
 }
 
 TEST_CASE("an entry copied under another key's name is not a hit") {
