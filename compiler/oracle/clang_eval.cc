@@ -22,6 +22,10 @@ std::string argument(compiler::DType t, size_t k) {
   if (t == compiler::DType::kF64) return fmt::format("mkc_a[{}]", k);
   if (compiler::dtype_is_float(t) && t != compiler::DType::kF32)
     return fmt::format("{}(static_cast<float>(mkc_a[{}]))", type, k);
+  // An integer saturates (NaN: 0), as the GPU's conversion does; C++'s cast of a double out of
+  // range is undefined, and Clang's optimiser may act on that.
+  if (t == compiler::DType::kI32) return fmt::format("mkc_i32(mkc_a[{}])", k);
+  if (t == compiler::DType::kI64) return fmt::format("mkc_i64(mkc_a[{}])", k);
   return fmt::format("static_cast<{}>(mkc_a[{}])", type, k);
 }
 
@@ -55,6 +59,15 @@ std::shared_ptr<const compiler::ClangJit> compiled(const compiler::ClangPlugin& 
 
 std::string clang_eval_text(const compiler::CheckedSchedule& s) {
   std::string text = compiler::device_fn_prelude();
+  text +=
+      "inline int mkc_i32(double v) {\n"
+      "  return v != v ? 0 : v <= -2147483648.0 ? -2147483647 - 1\n"
+      "       : v >= 2147483647.0 ? 2147483647 : static_cast<int>(v);\n"
+      "}\n"
+      "inline long long mkc_i64(double v) {\n"
+      "  return v != v ? 0 : v <= -9223372036854775808.0 ? -9223372036854775807LL - 1\n"
+      "       : v >= 9223372036854775807.0 ? 9223372036854775807LL : static_cast<long long>(v);\n"
+      "}\n";
   text += fmt::format("// the device functions of `{}`\n", s.name);
   for (const compiler::DeviceFunction& f : s.device_fns)
     text += compiler::device_function_definition(f) + "\n";

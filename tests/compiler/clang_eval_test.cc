@@ -78,6 +78,10 @@ TEST_CASE("the GPU evaluator's functions give its expected values on the CPU") {
   CHECK(fns.at("round_bf16")({-0.5}) == -0.5);
   CHECK(fns.at("floor_i")({7, 5'000'000'000.0}) == 5'000'000'021.0);
   CHECK(fns.at("floor_i")({-2, 1}) == -5.0);
+  // An i32 argument out of range saturates, as the GPU's conversion does; NaN becomes 0.
+  CHECK(fns.at("floor_i")({5e9, 0}) == 3.0 * 2147483647.0);
+  CHECK(fns.at("floor_i")({-5e9, 0}) == -3.0 * 2147483648.0);
+  CHECK(fns.at("floor_i")({std::nan(""), 4}) == 4.0);
   CHECK(fns.at("half_sum")({1.5, 2.25}) == 3.75);
   CHECK(fns.at("half_sum")({1000, 0.25}) == 1000.0);  // 1000.25 is not an f16 near 1000
 }
