@@ -7,8 +7,9 @@
 // What a call may do is bounded: the functions were held to the contract first
 // (device_fn_check.cc: no memory, no globals, no recursion, no declarations of their own), the JIT
 // resolves only the C library's math functions by name, and a loop that runs past the caller's
-// budget or an integer division that would trap (tested before it runs, no signal involved) stops
-// the batch with the tuple that stopped it.
+// budget, more than 2,048 calls open at once (a lambda that calls itself), or an integer division
+// that would trap (tested before it runs, no signal involved) stops the batch with the tuple that
+// stopped it.
 #include <clang/CodeGen/CodeGenAction.h>
 #include <llvm/ADT/SmallVector.h>
 #include <llvm/Analysis/CFG.h>
@@ -70,11 +71,17 @@ const std::unordered_set<std::string>& allowed_symbols() {
 }
 
 // Why a batch stopped, set by the tick or the division guard before they jump out.
-enum class Stop { kNone, kSteps, kDivision };
+enum class Stop { kNone, kSteps, kDivision, kDepth };
+
+// Calls a compiled function may have open at once: a lambda that calls itself gets past the
+// contract's recursion check, and without a bound it would overflow the caller's stack. (CUDA's
+// stack is a few KiB per thread: far fewer frames fit on the GPU.)
+constexpr int kMaxDepth = 2048;
 
 thread_local sigjmp_buf* t_escape = nullptr;  // set while a batch runs on this thread
 thread_local unsigned long long t_steps_left = 0;
 thread_local Stop t_stop = Stop::kNone;
+thread_local int t_depth = 0;
 
 // Called at the head of every loop of a compiled function.
 extern "C" void mkc_eval_tick() {
@@ -82,6 +89,17 @@ extern "C" void mkc_eval_tick() {
     t_stop = Stop::kSteps;
     siglongjmp(*t_escape, 1);
   }
+}
+
+// Called at the entry and before every return of every compiled function.
+extern "C" void mkc_eval_enter() {
+  if (++t_depth > kMaxDepth) {
+    t_stop = Stop::kDepth;
+    siglongjmp(*t_escape, 1);
+  }
+}
+extern "C" void mkc_eval_leave() {
+  --t_depth;
 }
 
 // Called where a compiled function would divide an integer by zero (or the least integer by -1,
@@ -124,6 +142,24 @@ void count_loop_iterations(llvm::Module& m) {
       llvm::IRBuilder<> ir(block, block->getFirstInsertionPt());
       ir.CreateCall(tick);
     }
+  }
+}
+
+// A call to mkc_eval_enter at every function's entry and to mkc_eval_leave before each of its
+// returns: the depth of calls is bounded, whatever calls what.
+void count_call_depth(llvm::Module& m) {
+  llvm::LLVMContext& c = m.getContext();
+  llvm::FunctionType* type = llvm::FunctionType::get(llvm::Type::getVoidTy(c), false);
+  const llvm::FunctionCallee enter = m.getOrInsertFunction("mkc_eval_enter", type);
+  const llvm::FunctionCallee leave = m.getOrInsertFunction("mkc_eval_leave", type);
+  for (llvm::Function& f : m) {
+    if (f.isDeclaration()) continue;
+    std::vector<llvm::ReturnInst*> returns;
+    for (llvm::BasicBlock& b : f)
+      if (auto* r = llvm::dyn_cast<llvm::ReturnInst>(b.getTerminator())) returns.push_back(r);
+    llvm::BasicBlock& entry = f.getEntryBlock();
+    llvm::IRBuilder<>(&entry, entry.getFirstInsertionPt()).CreateCall(enter);
+    for (llvm::ReturnInst* r : returns) llvm::IRBuilder<>(r).CreateCall(leave);
   }
 }
 
@@ -197,6 +233,7 @@ extern "C" __attribute__((visibility("default"))) MkcClangJit* mkc_clang_jit_com
       return nullptr;
     }
     count_loop_iterations(*module);
+    count_call_depth(*module);
     guard_divisions(*module);
 
     auto built = llvm::orc::LLJITBuilder().create();
@@ -207,16 +244,24 @@ extern "C" __attribute__((visibility("default"))) MkcClangJit* mkc_clang_jit_com
     auto out = std::make_unique<MkcClangJit>();
     out->jit = std::move(*built);
     llvm::orc::LLJIT& jit = *out->jit;
+    // A name that does not resolve comes back from the lookup (mkc_clang_jit_lookup says it);
+    // nothing is printed on the process's stderr.
+    jit.getExecutionSession().setErrorReporter(
+        [](llvm::Error e) { llvm::consumeError(std::move(e)); });
     module->setDataLayout(jit.getDataLayout());
     llvm::orc::JITDylib& lib = jit.getMainJITDylib();
 
+    // What the plugin's own passes call (the loop counter, the call depth, the division guard).
     llvm::orc::SymbolMap own;
-    own[jit.mangleAndIntern("mkc_eval_tick")] =
-        llvm::JITEvaluatedSymbol(llvm::pointerToJITTargetAddress(&mkc_eval_tick),
-                                 llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
-    own[jit.mangleAndIntern("mkc_eval_bad_division")] =
-        llvm::JITEvaluatedSymbol(llvm::pointerToJITTargetAddress(&mkc_eval_bad_division),
-                                 llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
+    const auto define = [&](const char* name, void (*fn)()) {
+      own[jit.mangleAndIntern(name)] =
+          llvm::JITEvaluatedSymbol(llvm::pointerToJITTargetAddress(fn),
+                                   llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
+    };
+    define("mkc_eval_tick", &mkc_eval_tick);
+    define("mkc_eval_enter", &mkc_eval_enter);
+    define("mkc_eval_leave", &mkc_eval_leave);
+    define("mkc_eval_bad_division", &mkc_eval_bad_division);
     if (llvm::Error e = lib.define(llvm::orc::absoluteSymbols(std::move(own)))) {
       report_error(sink, std::move(e), "LLVM's JIT");
       return nullptr;
@@ -248,11 +293,14 @@ extern "C" __attribute__((visibility("default"))) MkcClangJit* mkc_clang_jit_com
 }
 
 extern "C" __attribute__((visibility("default"))) void* mkc_clang_jit_lookup(MkcClangJit* jit,
-                                                                             const char* entry) {
+                                                                             const char* entry,
+                                                                             char* why,
+                                                                             size_t why_size) {
   if (jit == nullptr || entry == nullptr) return nullptr;
   auto found = jit->jit->lookup(entry);
   if (!found) {
-    llvm::consumeError(found.takeError());
+    const std::string text = llvm::toString(found.takeError());
+    if (why != nullptr && why_size > 0) std::snprintf(why, why_size, "%s", text.c_str());
     return nullptr;
   }
   return reinterpret_cast<void*>(static_cast<uintptr_t>(found->getAddress()));
@@ -273,6 +321,9 @@ extern "C" __attribute__((visibility("default"))) size_t mkc_clang_jit_call(
       std::snprintf(why, why_size, "%s",
                     t_stop == Stop::kDivision
                         ? "divided an integer by zero (or the least integer by -1)"
+                    : t_stop == Stop::kDepth
+                        ? "had more than 2048 calls open at once: does a lambda call itself "
+                          "without end?"
                         : "ran more loop iterations than the evaluator allows; does a loop end?");
     }
     return index;
@@ -282,6 +333,7 @@ extern "C" __attribute__((visibility("default"))) size_t mkc_clang_jit_call(
     index = e;
     t_steps_left = max_steps;
     t_stop = Stop::kNone;
+    t_depth = 0;
     results[e] = fn(args + e * arity);
   }
   t_escape = outer;

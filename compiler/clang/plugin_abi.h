@@ -41,8 +41,10 @@ typedef struct MkcClangJit MkcClangJit;
 typedef MkcClangJit* (*MkcClangJitCompileFn)(const char* code, size_t length, MkcClangReport report,
                                              void* ctx);
 
-// The entry point named `entry` of a module, or null when there is none.
-typedef void* (*MkcClangJitLookupFn)(MkcClangJit* jit, const char* entry);
+// The entry point named `entry` of a module (compiled and linked now), or null with why in `why`
+// (at most why_size bytes, terminated): no such entry, or a name it calls that did not resolve.
+typedef void* (*MkcClangJitLookupFn)(MkcClangJit* jit, const char* entry, char* why,
+                                     size_t why_size);
 
 // Calls `entry` (from MkcClangJitLookupFn) on n argument tuples of `arity` doubles each
 // (args[e * arity + k]), writing results[e]. Each call may run at most `max_steps` loop

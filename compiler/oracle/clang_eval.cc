@@ -101,9 +101,11 @@ ClangFunctions clang_device_functions(const compiler::CheckedSchedule& s, uint64
   }
   HostFns fns;
   for (const compiler::DeviceFunction& f : s.device_fns) {
-    void* entry = jit->entry("mkc_host_" + f.name);
+    std::string missing;
+    void* entry = jit->entry("mkc_host_" + f.name, &missing);
     if (entry == nullptr) {
-      out.why = fmt::format("the compiled device functions have no entry for `{}`", f.name);
+      out.why = fmt::format("LLVM's JIT could not link device function `{}`: {}", f.name,
+                            missing.empty() ? "no entry point" : missing);
       return out;
     }
     std::vector<std::string> names;

@@ -293,9 +293,12 @@ ClangJit::~ClangJit() {
     reinterpret_cast<MkcClangJitReleaseFn>(release_)(static_cast<MkcClangJit*>(handle_));
 }
 
-void* ClangJit::entry(const std::string& name) const {
-  return reinterpret_cast<MkcClangJitLookupFn>(lookup_)(static_cast<MkcClangJit*>(handle_),
-                                                        name.c_str());
+void* ClangJit::entry(const std::string& name, std::string* why) const {
+  char text[1024] = {0};
+  void* found = reinterpret_cast<MkcClangJitLookupFn>(lookup_)(static_cast<MkcClangJit*>(handle_),
+                                                               name.c_str(), text, sizeof(text));
+  if (found == nullptr && why != nullptr) *why = text;
+  return found;
 }
 
 size_t ClangJit::call(void* entry, const double* args, size_t arity, size_t n, double* results,

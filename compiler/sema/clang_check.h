@@ -36,8 +36,8 @@ class ClangJit {
   ~ClangJit();
   ClangJit(const ClangJit&) = delete;
   ClangJit& operator=(const ClangJit&) = delete;
-  // The entry point `extern "C" double NAME(const double*)`, or null.
-  void* entry(const std::string& name) const;
+  // The entry point `extern "C" double NAME(const double*)`, or null with `*why` saying why.
+  void* entry(const std::string& name, std::string* why = nullptr) const;
   // Calls `entry` on n tuples of `arity` arguments (args[e * arity + k]) into results[e]. Each call
   // may run at most `max_steps` loop iterations. Returns n, or the index of the tuple whose call
   // stopped the batch with `*why` saying why (a loop over the budget, an integer division by zero).

@@ -2,9 +2,10 @@
 // compiler/clang/device_fn_jit.cc). The functions and expected values of the GPU evaluator's test
 // (tests/support/device_fns.h, tests/runtime/device_fn_eval_test.cc) hold here too, so the two
 // evaluators agree through the same host formulas; narrow types round as CUDA rounds; a loop that
-// never ends and an integer division by zero stop with a named error instead of hanging or killing
-// the process; the reference computes with the real body (a planted wrong body changes the
-// numbers); and `mkc verify` of moe_ffn_combine at R 1 and 3 passes with its SwiGLU as written.
+// never ends, a lambda that calls itself without end and an integer division by zero stop with a
+// named error instead of hanging or killing the process; the reference computes with the real body
+// (a planted wrong body changes the numbers); and `mkc verify` of moe_ffn_combine at R 1 and 3
+// passes with its SwiGLU as written.
 #include "compiler/oracle/clang_eval.h"
 
 #include <doctest/doctest.h>
@@ -133,6 +134,25 @@ TEST_CASE("a loop that never ends is stopped, with the function and its argument
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   // A loop within the budget runs to its end, and the evaluator still works after a stop.
   CHECK(fns.at("g")({0.5}) == 500.0);
+}
+
+TEST_CASE("a lambda that calls itself without end is stopped, not a stack overflow") {
+  // The contract's recursion check sees calls of the function itself, not a generic lambda's of
+  // itself; the evaluator bounds the calls open at once.
+  const compiler::CheckedSchedule s = checked(schedule_with(
+      "  device f(x: f32) -> f32 {\n"
+      "    auto g = [](auto self, int n) -> int { return n > 0 ? self(self, n - 1) + 1 : 0; };\n"
+      "    return x + static_cast<float>(g(g, x > 0.0f ? 100000000 : 10));\n"
+      "  }\n"));
+  const HostFns fns = compile(s);
+  CHECK(fns.at("f")({-1.0}) == 9.0);  // ten calls deep: fine
+  try {
+    fns.at("f")({1.0});
+    FAIL("the endless recursion returned");
+  } catch (const UserError& e) {
+    CHECK(std::string(e.what()).find("calls open at once") != std::string::npos);
+  }
+  CHECK(fns.at("f")({-2.0}) == 8.0);  // and the evaluator works after the stop
 }
 
 TEST_CASE("an integer division by zero is an error, not the end of the process") {
