@@ -28,8 +28,8 @@ using mkc_clang::Sink;
 // The contract, on the function named `name` (its last definition).
 class Contract : public clang::RecursiveASTVisitor<Contract> {
  public:
-  // A local array larger than this is refused (CUDA's stack is 512 KiB per thread at most, and
-  // the CPU evaluator's is the caller's).
+  // Local variables of more bytes than this in all are refused (CUDA's stack is 512 KiB per
+  // thread at most, and the CPU evaluator's is the caller's).
   static constexpr long long kMaxLocalBytes = 64 * 1024;
 
   Contract(clang::ASTContext& ast, const std::string& name, const Sink& sink)
@@ -62,11 +62,14 @@ class Contract : public clang::RecursiveASTVisitor<Contract> {
     } else if (v->hasExternalStorage()) {
       report(v, "`" + v->getNameAsString() + "` declares a variable outside the function");
     }
-    if (const auto* array = ast_.getAsConstantArrayType(v->getType()); array != nullptr) {
-      const clang::CharUnits bytes = ast_.getTypeSizeInChars(v->getType());
-      if (bytes.getQuantity() > kMaxLocalBytes) {
-        report(v, "`" + v->getNameAsString() + "` is an array of " +
-                      std::to_string(bytes.getQuantity()) +
+    const clang::QualType type = v->getType();
+    if (v->isLocalVarDecl() && !v->isStaticLocal() && !type->isDependentType() &&
+        !type->isIncompleteType() && !reported_locals_) {
+      locals_bytes_ += ast_.getTypeSizeInChars(type).getQuantity();
+      if (locals_bytes_ > kMaxLocalBytes) {
+        reported_locals_ = true;
+        report(v, "`" + v->getNameAsString() + "` brings the function's local variables to " +
+                      std::to_string(locals_bytes_) +
                       " bytes: a device function's locals live in registers and the thread's "
                       "stack, at most " +
                       std::to_string(kMaxLocalBytes) + " bytes");
@@ -152,6 +155,8 @@ class Contract : public clang::RecursiveASTVisitor<Contract> {
   std::string name_;
   const Sink& sink_;
   const clang::FunctionDecl* target_ = nullptr;
+  long long locals_bytes_ = 0;  // of the local variables seen so far
+  bool reported_locals_ = false;
 };
 
 class Consumer : public clang::ASTConsumer {

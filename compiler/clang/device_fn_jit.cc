@@ -77,11 +77,14 @@ enum class Stop { kNone, kSteps, kDivision, kDepth };
 // contract's recursion check, and without a bound it would overflow the caller's stack. (CUDA's
 // stack is a few KiB per thread: far fewer frames fit on the GPU.)
 constexpr int kMaxDepth = 2048;
+// Nor more stack than this (the contract keeps one call's locals under 64 KiB).
+constexpr uintptr_t kMaxStackBytes = uintptr_t{1} << 20;
 
 thread_local sigjmp_buf* t_escape = nullptr;  // set while a batch runs on this thread
 thread_local unsigned long long t_steps_left = 0;
 thread_local Stop t_stop = Stop::kNone;
 thread_local int t_depth = 0;
+thread_local uintptr_t t_stack_base = 0;  // an address in the batch's entry frame
 
 // Called at the head of every loop of a compiled function.
 extern "C" void mkc_eval_tick() {
@@ -93,7 +96,10 @@ extern "C" void mkc_eval_tick() {
 
 // Called at the entry and before every return of every compiled function.
 extern "C" void mkc_eval_enter() {
-  if (++t_depth > kMaxDepth) {
+  // Frames of any size: the stack the batch has used so far, from its entry down to here.
+  char probe = 0;
+  const uintptr_t here = reinterpret_cast<uintptr_t>(&probe);
+  if (++t_depth > kMaxDepth || (t_stack_base > here && t_stack_base - here > kMaxStackBytes)) {
     t_stop = Stop::kDepth;
     siglongjmp(*t_escape, 1);
   }
@@ -322,13 +328,15 @@ extern "C" __attribute__((visibility("default"))) size_t mkc_clang_jit_call(
                     t_stop == Stop::kDivision
                         ? "divided an integer by zero (or the least integer by -1)"
                     : t_stop == Stop::kDepth
-                        ? "had more than 2048 calls open at once: does a lambda call itself "
-                          "without end?"
+                        ? "had more than 2048 calls (or 1 MiB of stack) open at once: does a "
+                          "lambda call itself without end?"
                         : "ran more loop iterations than the evaluator allows; does a loop end?");
     }
     return index;
   }
   t_escape = &escape;
+  char base = 0;
+  t_stack_base = reinterpret_cast<uintptr_t>(&base);
   for (size_t e = 0; e < n; ++e) {
     index = e;
     t_steps_left = max_steps;
