@@ -63,8 +63,12 @@ class Contract : public clang::RecursiveASTVisitor<Contract> {
       report(v, "`" + v->getNameAsString() + "` declares a variable outside the function");
     }
     const clang::QualType type = v->getType();
-    if (v->isLocalVarDecl() && !v->isStaticLocal() && !type->isDependentType() &&
-        !type->isIncompleteType() && !reported_locals_) {
+    if (type->isVariablyModifiedType()) {
+      report(v, "`" + v->getNameAsString() +
+                    "` is a variable-length array: a device function's locals have sizes known "
+                    "when it compiles");
+    } else if (v->isLocalVarDecl() && !v->isStaticLocal() && !type->isDependentType() &&
+               !type->isIncompleteType() && !reported_locals_) {
       locals_bytes_ += ast_.getTypeSizeInChars(type).getQuantity();
       if (locals_bytes_ > kMaxLocalBytes) {
         reported_locals_ = true;
