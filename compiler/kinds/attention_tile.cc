@@ -120,10 +120,10 @@ class AttentionTile final : public Kind {
   Launch launch(const Source& s, const Task& t) const override {
     Launch l;
     if (const int d = tma_d(s, t)) {
-      // templates/mkc/attention_sm90.cuh, AttnShape: header 2048 + Q + the K,V stages.
+      // templates/mkc/attention_sm90.cuh, AttnShape: header 2048 + two Q slots + the K,V stages.
       const int stage = 2 * 128 * d * 2, stages = d == 64 ? 4 : 2;
       l.threads = 384;
-      l.dynamic_smem = 2048 + 128 * d * 2 + stages * stage;
+      l.dynamic_smem = 2048 + 2 * 128 * d * 2 + stages * stage;
     }
     return l;
   }
@@ -132,7 +132,8 @@ class AttentionTile final : public Kind {
     if (const int d = tma_d(s, t)) {
       s.line("  extern __shared__ unsigned char mkc_smem[];");
       s.line(fmt::format(
-          "  mkc::sm90::attention_tile_tma<{}, {}, {}>(a, v, args, kBuffers, mkc_smem);",
+          "  mkc::sm90::attention_tile_tma<{}, {}, {}>(a, v, args, kBuffers, mkc_smem, "
+          "next_args, next_v);",
           s.type_of(t, 0), s.type_of(t, 3), d));
     } else {
       s.line(fmt::format("  mkc::attention_tile<{}, {}>(a, v, args, kBuffers);", s.type_of(t, 0),

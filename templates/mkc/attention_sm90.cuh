@@ -16,6 +16,10 @@
 //     P V, so the softmax of j runs under that P V, and the two warpgroups take turns at the
 //     tensor cores (ping-pong, named barriers), so one's softmax runs under the other's MMAs.
 //     The stage is released once both consumers' P V has completed.
+// Across tiles: when the CTA's next task is an attention tile of the same class that waits for
+// nothing, the producer loads its Q (into the second of two Q slots) and its first key blocks
+// while this tile's consumers finish, so a tile's fixed costs (the loads' latency, the epilogue)
+// overlap; the ring and its mbarriers then persist, numbered as the GEMM numbers its ring.
 // Causal masking: key j is visible to query i when j <= i + causal_offset (0: top-left aligned in
 // the slice's coordinates; ring attention's blocks sit elsewhere in the whole sequence); key
 // blocks past the tile's last visible key are skipped, by both sides, and a tile that sees no key
@@ -48,13 +52,32 @@ struct AttnShape {
   static constexpr int kKBytes = kBoxes * kKBoxBytes;
   static constexpr int kStageBytes = 2 * kKBytes;  // K then V
   static constexpr int kStages = D == 64 ? 4 : 2;
-  // Header (PipeState of the GEMM, this tile's mbarriers) + slack to align to 1024 + Q + ring.
-  static constexpr int kSmemBytes = 2048 + kQBytes + kStages * kStageBytes;
+  // Header (PipeState of the GEMM, this tile's mbarriers) + slack to align to 1024 + two Q slots
+  // (the next tile's Q loads while this one's is in use) + ring.
+  static constexpr int kSmemBytes = 2048 + 2 * kQBytes + kStages * kStageBytes;
+  // PipeState::bn while the ring is the attention's: no GEMM geometry (BM * 1000 + BN) is negative.
+  static constexpr int kKey = -D;
 };
 
 // Byte offsets of this tile's mbarriers in the header (the GEMM's PipeState and its barriers use
 // bytes [0, 192)).
-constexpr int kAttnBarOffset = 192;  // q_full, full_k[], full_v[], empty_k[], empty_v[]
+constexpr int kAttnBarOffset = 192;  // q_full[2], full_k[], full_v[], empty_k[], empty_v[]
+
+// Key blocks a tile sees: all of them, or (causal) those with a key visible to its last query.
+template <int D>
+__device__ __forceinline__ int attn_blocks(const abi::AttentionTileArgs& at, long long Sk) {
+  long long keys = Sk;
+  if (at.causal && at.q1 + at.causal_offset < keys) keys = at.q1 + at.causal_offset;
+  if (keys < 0) keys = 0;
+  return static_cast<int>((keys + AttnShape<D>::kBN - 1) / AttnShape<D>::kBN);
+}
+
+// A tile with nothing to merge and nothing to set up or write (a block of a later rank in causal
+// ring attention) returns at once: the state stays as the instances before left it.
+__device__ __forceinline__ bool attn_returns_at_once(const abi::AttentionTileArgs& at,
+                                                     int nblocks) {
+  return nblocks == 0 && at.accumulate && !at.first && !at.last;
+}
 
 #if MKC_HAS_WGMMA
 
@@ -235,7 +258,9 @@ __device__ __forceinline__ void attn_issue_pv(float* o, const unsigned* p,
   }
 }
 
-// The consumer warpgroup's part of the tile: rows row0.. (64 of them) of the slice.
+// The consumer warpgroup's part of the tile: rows row0.. (64 of them) of the slice. Key block j
+// is the ring's load c0 + j (stage (c0 + j) % kStages); Q is in q_smem once q_bar completes its
+// phase q_phase.
 // Blocks overlap inside the warpgroup (FlashAttention-3's order): block j's Q Kᵀ and block j-1's
 // P V are issued together, and block j's softmax runs while P V is on the tensor cores; the
 // rescale of O waits for that P V. P of block j-1 stays in its registers until its wgmma is done.
@@ -243,9 +268,10 @@ template <typename T, typename TO, int D>
 __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const View* v,
                                                    const abi::AttentionTileArgs& at, int nb,
                                                    const unsigned char* q_smem,
-                                                   const unsigned char* ring, u64* q_full,
-                                                   u64* full_k, u64* full_v, u64* empty_k,
-                                                   u64* empty_v, int nblocks, int w, int t) {
+                                                   const unsigned char* ring, u64* q_bar,
+                                                   unsigned q_phase, u64* full_k, u64* full_v,
+                                                   u64* empty_k, u64* empty_v, int nblocks,
+                                                   unsigned c0, int w, int t) {
   using S = AttnShape<D>;
   constexpr int kN = S::kBN;
   const long long Sq = v[0].shape[1], Sk = v[1].shape[1];
@@ -296,21 +322,22 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
 #pragma unroll
   for (int i = 0; i < kN / 4; ++i) p[i] = 0u;
   float alpha[2] = {1.0f, 1.0f};
-  bool ok = mbar_wait(a, q_full, 0, -1);
+  bool ok = mbar_wait(a, q_bar, q_phase, -1);
   // Block 0's Q Kᵀ and softmax. The steps have no branch between their wgmmas and the code that
   // uses their registers: ptxas serialises every wgmma of a kernel that has one (C7520).
   if (ok && nblocks > 0) {
-    ok = mbar_wait(a, full_k, 0, 0);
+    const int s0 = static_cast<int>(c0 % S::kStages);
+    ok = mbar_wait(a, full_k + s0, (c0 / S::kStages) & 1, s0);
     if (ok) {
       float sc[kN / 2];
       turns.begin();
       wgmma_fence();
-      attn_issue_qk<T, D>(sc, q_smem, ring, w);
+      attn_issue_qk<T, D>(sc, q_smem, ring + s0 * S::kStageBytes, w);
       wgmma_commit();
       turns.end();
       wgmma_wait<0>();
       pin_regs<kN / 2>(sc);
-      if (t == 0) mbar_arrive(empty_k);
+      if (t == 0) mbar_arrive(empty_k + s0);
       attn_mask<kN>(sc, 0, static_cast<int>(Sk), at.causal, krow0, krow, lane);
       attn_softmax<kN>(sc, m, l, scale2, alpha);
       attn_pack_p<T, kN>(sc, p);
@@ -318,8 +345,9 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
     }
   }
   for (int j = 1; ok && j < nblocks; ++j) {
-    const int s = j % S::kStages, sp = (j - 1) % S::kStages;
-    const unsigned phase = (j / S::kStages) & 1, pphase = ((j - 1) / S::kStages) & 1;
+    const unsigned g = c0 + j;
+    const int s = static_cast<int>(g % S::kStages), sp = static_cast<int>((g - 1) % S::kStages);
+    const unsigned phase = (g / S::kStages) & 1, pphase = ((g - 1) / S::kStages) & 1;
     if (!mbar_wait(a, full_k + s, phase, s) || !mbar_wait(a, full_v + sp, pphase, sp)) {
       ok = false;
       break;
@@ -350,8 +378,9 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
   }
   // The last block's P V.
   if (ok && nblocks > 0) {
-    const int s = (nblocks - 1) % S::kStages;
-    const unsigned phase = ((nblocks - 1) / S::kStages) & 1;
+    const unsigned g = c0 + nblocks - 1;
+    const int s = static_cast<int>(g % S::kStages);
+    const unsigned phase = (g / S::kStages) & 1;
     ok = mbar_wait(a, full_v + s, phase, s);
     if (ok) {
       turns.begin();
@@ -404,43 +433,88 @@ __device__ __forceinline__ void attention_consumer(const KernelArgs& a, const Vi
 
 #endif  // MKC_HAS_WGMMA
 
+#if MKC_HAS_WGMMA
+// Loads key block j of slice l (K, then V once its stage is free) as the ring's load n; false
+// after a failed wait (reported).
+template <int D>
+__device__ __forceinline__ bool attn_load_block(const KernelArgs& a, unsigned n,
+                                                unsigned char* ring, u64* full_k, u64* full_v,
+                                                u64* empty_k, u64* empty_v, const TensorMap* map_k,
+                                                const TensorMap* map_v, int j, int l) {
+  using S = AttnShape<D>;
+  const int s = static_cast<int>(n % S::kStages);
+  const unsigned reuse = ((n / S::kStages) - 1) & 1;
+  if (n >= S::kStages && !mbar_wait(a, empty_k + s, reuse, s)) return false;
+  unsigned char* k_smem = ring + s * S::kStageBytes;
+  unsigned char* v_smem = k_smem + S::kKBytes;
+  mbar_expect_tx(full_k + s, S::kKBytes);
+#pragma unroll
+  for (int b = 0; b < S::kBoxes; ++b)
+    tma_load_3d(k_smem + b * S::kKBoxBytes, map_k, 64 * b, j * S::kBN, l, full_k + s);
+  if (n >= S::kStages && !mbar_wait(a, empty_v + s, reuse, s)) return false;
+  mbar_expect_tx(full_v + s, S::kKBytes);
+#pragma unroll
+  for (int b = 0; b < S::kBoxes; ++b)
+    tma_load_3d(v_smem + b * S::kKBoxBytes, map_v, 64 * b, j * S::kBN, l, full_v + s);
+  return true;
+}
+
+// The Q tile of `at` into a Q slot, completing on q_bar.
+template <int D>
+__device__ __forceinline__ void attn_load_q(const KernelArgs& a, const abi::AttentionTileArgs& at,
+                                            unsigned char* q_smem, u64* q_bar) {
+  using S = AttnShape<D>;
+  const TensorMap* map_q = a.tensor_maps + at.map_q;
+  mbar_expect_tx(q_bar, S::kQBytes);
+#pragma unroll
+  for (int b = 0; b < S::kBoxes; ++b)
+    tma_load_3d(q_smem + b * S::kQBoxBytes, map_q, 64 * b, static_cast<int>(at.q0),
+                static_cast<int>(at.l), q_bar);
+}
+#endif  // MKC_HAS_WGMMA
+
 // The task: args AttentionTileArgs (abi.h) with map_q, map_k and map_v set (3-D maps of the
 // [L, S, D] views, boxes of 64 columns x 128 rows x 1 slice); views {Q, K, V, O[, acc, max,
 // sum]}. Needs kThreads threads and AttnShape<D>::kSmemBytes of dynamic shared memory.
+// `next_args`/`next_v`: the CTA's next task when it is an attention tile of this class that waits
+// for nothing (the kernel's loop says so), else null. The ring, its mbarriers and two Q slots
+// then persist across the tiles (PipeState, numbering loads from the ring's initialisation as the
+// GEMM does): while this tile's consumers finish, the producer loads the next tile's Q into the
+// other slot and its first key blocks into the stages they free, so the next tile starts on
+// loaded data instead of paying the loads' latency after this one's epilogue.
 template <typename T, typename TO, int D>
 __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const long long* args,
-                                   int nb, unsigned char* smem) {
+                                   int nb, unsigned char* smem, const long long* next_args,
+                                   const View* next_v) {
 #if MKC_HAS_WGMMA
   using S = AttnShape<D>;
   const abi::AttentionTileArgs& at = args_as<abi::AttentionTileArgs>(args);
   PipeState* ps = reinterpret_cast<PipeState*>(smem);
   u64* bars = reinterpret_cast<u64*>(smem + kAttnBarOffset);
-  u64* q_full = bars;
-  u64* full_k = bars + 1;
+  u64* q_full = bars;  // one per Q slot
+  u64* full_k = bars + 2;
   u64* full_v = full_k + S::kStages;
   u64* empty_k = full_v + S::kStages;
   u64* empty_v = empty_k + S::kStages;
-  static_assert(kAttnBarOffset + (1 + 4 * S::kStages) * 8 <= 1024,
+  static_assert(kAttnBarOffset + (2 + 4 * S::kStages) * 8 <= 1024,
                 "the attention tile's mbarriers end before Q (at 1024 bytes or later)");
-  unsigned char* q_smem = reinterpret_cast<unsigned char*>(
+  unsigned char* q_slots = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<unsigned long long>(smem) + 1024 + 1023) & ~1023ull);
-  unsigned char* ring = q_smem + S::kQBytes;
-  const long long Sk = v[1].shape[1];
-  // Key blocks: all of them, or (causal) those with a key visible to the tile's last query.
-  long long keys = Sk;
-  if (at.causal && at.q1 + at.causal_offset < keys) keys = at.q1 + at.causal_offset;
-  if (keys < 0) keys = 0;
-  const int nblocks = static_cast<int>((keys + S::kBN - 1) / S::kBN);
-  // Nothing to merge and nothing to set up or write (a block of a later rank in causal ring
-  // attention): the state stays as the instances before left it.
-  if (nblocks == 0 && at.accumulate && !at.first && !at.last) return;
+  unsigned char* ring = q_slots + 2 * S::kQBytes;
+  const int nblocks = attn_blocks<D>(at, v[1].shape[1]);
+  // No tile prefetches for one that returns at once (below), so the ring's state stays valid.
+  if (attn_returns_at_once(at, nblocks)) return;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-  if (threadIdx.x == 0) {
-    // The GEMM's ring (if any) is overwritten: it starts afresh next time.
-    ps->bn = 0;
+  if (threadIdx.x == 0 && !(ps->bn == S::kKey && ps->prefetched_args == args)) {
+    // Not the continuation of this class's prefetch: another task may have used the shared memory
+    // (the GEMM's ring is overwritten, and starts afresh next time), so the ring starts afresh.
+    ps->bn = S::kKey;
+    ps->next_load = ps->next_consume = 0;
+    ps->tiles = 0;
     ps->prefetched = 0;
     ps->prefetched_args = nullptr;
     mbar_init(q_full, 1);
+    mbar_init(q_full + 1, 1);
     for (int s = 0; s < S::kStages; ++s) {
       mbar_init(full_k + s, 1);
       mbar_init(full_v + s, 1);
@@ -450,44 +524,59 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+  // Read by every thread here; thread 0 updates them only after both consumers are done.
+  const unsigned c0 = ps->next_consume, tile = ps->tiles;
+  // Loads already issued for this tile: its Q and (prefetched - 1) key blocks, or none.
+  const int pre = ps->prefetched_args == args ? ps->prefetched : 0;
+  unsigned char* q_smem = q_slots + (tile & 1) * S::kQBytes;
   if (wg == 0) {
     setmaxnreg_dec<40>();
+    int next_pre = 0;
     if (t == 0) {
       // Q, K and V may have been written with plain stores by an earlier task of this CTA.
       asm volatile("fence.proxy.async.global;" ::: "memory");
-      const TensorMap* map_q = a.tensor_maps + at.map_q;
       const TensorMap* map_k = a.tensor_maps + at.map_k;
       const TensorMap* map_v = a.tensor_maps + at.map_v;
-      const int l = static_cast<int>(at.l);
-      mbar_expect_tx(q_full, S::kQBytes);
-#pragma unroll
-      for (int b = 0; b < S::kBoxes; ++b)
-        tma_load_3d(q_smem + b * S::kQBoxBytes, map_q, 64 * b, static_cast<int>(at.q0), l, q_full);
-      for (int j = 0; j < nblocks; ++j) {
-        const int s = j % S::kStages;
-        const unsigned reuse = ((j / S::kStages) - 1) & 1;
-        if (j >= S::kStages && !mbar_wait(a, empty_k + s, reuse, s)) break;
-        unsigned char* k_smem = ring + s * S::kStageBytes;
-        unsigned char* v_smem = k_smem + S::kKBytes;
-        mbar_expect_tx(full_k + s, S::kKBytes);
-#pragma unroll
-        for (int b = 0; b < S::kBoxes; ++b)
-          tma_load_3d(k_smem + b * S::kKBoxBytes, map_k, 64 * b, j * S::kBN, l, full_k + s);
-        if (j >= S::kStages && !mbar_wait(a, empty_v + s, reuse, s)) break;
-        mbar_expect_tx(full_v + s, S::kKBytes);
-#pragma unroll
-        for (int b = 0; b < S::kBoxes; ++b)
-          tma_load_3d(v_smem + b * S::kKBoxBytes, map_v, 64 * b, j * S::kBN, l, full_v + s);
+      if (pre == 0) attn_load_q<D>(a, at, q_smem, q_full + (tile & 1));
+      bool ok = true;
+      for (int j = pre > 0 ? pre - 1 : 0; ok && j < nblocks; ++j)
+        ok = attn_load_block<D>(a, c0 + j, ring, full_k, full_v, empty_k, empty_v, map_k, map_v, j,
+                                static_cast<int>(at.l));
+      if (ok && next_args != nullptr) {
+        const abi::AttentionTileArgs& nx = args_as<abi::AttentionTileArgs>(next_args);
+        const int next_blocks = attn_blocks<D>(nx, next_v[1].shape[1]);
+        if (!attn_returns_at_once(nx, next_blocks)) {
+          // Its Q into the other slot (free: the tile before this one used it), then at most a
+          // ring's worth of its key blocks, each as this tile's consumers free a stage.
+          const unsigned next_tile = tile + 1;
+          attn_load_q<D>(a, nx, q_slots + (next_tile & 1) * S::kQBytes, q_full + (next_tile & 1));
+          const int n = next_blocks < S::kStages ? next_blocks : S::kStages;
+          int j = 0;
+          for (; ok && j < n; ++j)
+            ok = attn_load_block<D>(a, c0 + nblocks + j, ring, full_k, full_v, empty_k, empty_v,
+                                    a.tensor_maps + nx.map_k, a.tensor_maps + nx.map_v, j,
+                                    static_cast<int>(nx.l));
+          next_pre = ok ? 1 + n : 0;
+        }
       }
     }
     // The warpgroup meets (lane 0 ran the loads) and waits for both consumers' registers.
     __syncwarp();
     named_bar_sync(kBarRegs, 384);
+    if (t == 0) {
+      // Both consumers are past their last use of the ring's state read above.
+      ps->next_consume = c0 + nblocks;
+      ps->next_load = c0 + nblocks + (next_pre > 0 ? next_pre - 1 : 0);
+      ps->tiles = tile + 1;
+      ps->prefetched = next_pre;
+      ps->prefetched_args = next_pre > 0 ? next_args : nullptr;
+    }
     setmaxnreg_inc<168>();
   } else {
     setmaxnreg_inc<232>();
-    attention_consumer<T, TO, D>(a, v, at, nb, q_smem, ring, q_full, full_k, full_v, empty_k,
-                                 empty_v, nblocks, wg - 1, t);
+    attention_consumer<T, TO, D>(a, v, at, nb, q_smem, ring, q_full + (tile & 1),
+                                 (tile >> 1) & 1, full_k, full_v, empty_k, empty_v, nblocks, c0,
+                                 wg - 1, t);
     __syncwarp();
     named_bar_sync(kBarGroup + wg - 1, 128);
     setmaxnreg_dec<168>();
@@ -496,6 +585,8 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
   __syncthreads();
 #else
   (void)smem;
+  (void)next_args;
+  (void)next_v;
   attention_tile<T, TO>(a, v, args, nb);
 #endif
 }

@@ -184,8 +184,10 @@ struct PipeState {
   int bn;                 // the ring geometry in use; 0: mbarriers not initialised
   int prefetched;         // loads already issued for the task whose args are prefetched_args
   const long long* prefetched_args;
+  unsigned tiles;  // attention tiles run on the ring since its initialisation (attention_sm90.cuh)
 };
 constexpr int kHeaderBytes = 256;  // PipeState at 0, full[8] at 64, empty[8] at 128
+static_assert(sizeof(PipeState) <= 64, "PipeState ends before the GEMM's mbarriers");
 
 // At kernel start (thread 0, then a CTA barrier): no ring yet.
 __device__ __forceinline__ void reset_pipeline(unsigned char* smem) {
@@ -194,6 +196,7 @@ __device__ __forceinline__ void reset_pipeline(unsigned char* smem) {
   st->bn = 0;
   st->prefetched = 0;
   st->prefetched_args = nullptr;
+  st->tiles = 0;
 }
 
 #if MKC_HAS_WGMMA
