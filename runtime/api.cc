@@ -59,15 +59,12 @@ double tune_into_db(const std::shared_ptr<const dsl::SourceFile>& file,
   to.search.candidates = options.candidates;
   to.search.budget_s = options.budget_s;
   std::ostringstream quiet;
-  const std::optional<tune::Entry> e =
+  std::optional<rt::Tuned> t =
       rt::tune_schedule(file, 0, to, progress != nullptr ? *progress : quiet);
-  if (!e) return 0;
-  const auto checked = compiler::compile_file(file, check, defines_text, false);
-  if (!checked->ok()) throw InternalError("a schedule that was tuned stopped compiling");
-  tune::Entry stored = *e;
-  stored.tuned_at = tune::utc_now();
-  tune::store(db, tune::tune_key(*file, checked->checked[0], check, arch), stored);
-  return e->us;
+  if (!t) return 0;
+  t->entry.tuned_at = tune::utc_now();
+  tune::store(db, t->key, t->entry);
+  return t->entry.us;
 }
 
 }  // namespace
@@ -79,6 +76,11 @@ Kernel Kernel::from_file(const std::string& path, const KernelOptions& options) 
 
 Kernel Kernel::from_string(const std::string& name, const std::string& text,
                            const KernelOptions& options) {
+  if (options.all_gather && !options.world) {
+    throw UserError(
+        "KernelOptions::all_gather needs KernelOptions::world: this process's rank and the job's "
+        "size, as the caller's process group knows them");
+  }
   const int gpus = rt::device_count();
   if (gpus == 0) throw EnvironmentError("no GPU: the CUDA driver sees no device");
   const rt::World world = options.world          ? *options.world
@@ -129,11 +131,6 @@ Kernel Kernel::from_string(const std::string& name, const std::string& text,
   jo.arch = dev.arch();
   const codegen::Generated& g = impl->c->kernels[0];
   impl->bin = jit::jit_compile(g.source, impl->c->plans[0].schedule + ".cu", g.kernel_name, jo);
-  if (options.all_gather && !options.world) {
-    throw UserError(
-        "KernelOptions::all_gather needs KernelOptions::world: this process's rank and the job's "
-        "size, as the caller's process group knows them");
-  }
   if (world.size > 1 && options.all_gather) {
     impl->group = std::make_unique<rt::Rendezvous>(world, options.all_gather);
   } else if (world.size > 1) {

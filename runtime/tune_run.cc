@@ -12,8 +12,8 @@
 
 namespace mkc::rt {
 
-std::optional<tune::Entry> tune_schedule(std::shared_ptr<const dsl::SourceFile> file, size_t index,
-                                         const TuneRunOptions& options, std::ostream& progress) {
+std::optional<Tuned> tune_schedule(std::shared_ptr<const dsl::SourceFile> file, size_t index,
+                                   const TuneRunOptions& options, std::ostream& progress) {
   const auto base = compiler::compile_file(file, options.check, options.defines_text, false);
   if (!base->ok()) throw UserError(dsl::render_text(base->diagnostics.all(), false));
   if (index >= base->checked.size()) {
@@ -47,7 +47,8 @@ std::optional<tune::Entry> tune_schedule(std::shared_ptr<const dsl::SourceFile> 
     job.launch();  // warm-up
     return job.time_launches(options.iters);
   };
-  return tune::search(gemms, measure, options.search, progress);
+  return Tuned{tune::tune_key(*file, s, options.check, options.arch),
+               tune::search(gemms, measure, options.search, progress)};
 }
 
 }  // namespace mkc::rt

@@ -26,11 +26,17 @@ struct TuneRunOptions {
   tune::SearchOptions search;
 };
 
+// What a tuning found: the winner and the database key it belongs under.
+struct Tuned {
+  tune::Key key;
+  tune::Entry entry;
+};
+
 // Tunes schedule `index` of `file` (every rank in this process): the search of tune/apply.h over
-// its GEMMs without tile(...), each candidate measured here. Returns the winner, or nothing when
-// the schedule has no GEMM to tune. Progress lines go to `progress`. Throws UserError when the
-// schedule does not compile, EnvironmentError for the GPU.
-std::optional<tune::Entry> tune_schedule(std::shared_ptr<const dsl::SourceFile> file, size_t index,
-                                         const TuneRunOptions& options, std::ostream& progress);
+// its GEMMs without tile(...), each candidate measured here. Returns the winner with its key, or
+// nothing when the schedule has no GEMM to tune. Progress lines go to `progress`. Throws
+// UserError when the schedule does not compile, EnvironmentError for the GPU.
+std::optional<Tuned> tune_schedule(std::shared_ptr<const dsl::SourceFile> file, size_t index,
+                                   const TuneRunOptions& options, std::ostream& progress);
 
 }  // namespace mkc::rt

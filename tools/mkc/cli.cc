@@ -800,9 +800,9 @@ int tune_schedules(const std::shared_ptr<const dsl::SourceFile>& file, const Fla
     to.share_gpus = share_gpus;
     to.iters = static_cast<int>(iters);
     to.search = so;
-    const std::optional<tune::Entry> found = rt::tune_schedule(file, k, to, out);
+    const std::optional<rt::Tuned> found = rt::tune_schedule(file, k, to, out);
     if (!found) continue;  // front_end's gemms said otherwise: nothing to store
-    const tune::Entry& e = *found;
+    const tune::Entry& e = found->entry;
     tune::Entry stored = e;
     stored.tuned_at = tune::utc_now();
     tune::store(db, key, stored);
