@@ -82,10 +82,7 @@ std::string device_function_eval_source(const compiler::CheckedSchedule& s) {
     src += compiler::device_function_definition(f) + "\n";
   src += "\n";
   for (const compiler::DeviceFunction& f : s.device_fns) {
-    std::string call = "::" + f.name + "(";
-    for (size_t k = 0; k < f.params.size(); ++k)
-      call += (k ? ", " : "") + argument(f.params[k].second, k);
-    call += ")";
+    const std::string call = compiler::device_function_call(f, argument);
     src += fmt::format(
         "extern \"C\" __global__ void mkc_eval_{}(const double* mkc_args, double* mkc_out, "
         "long long mkc_n) {{\n"

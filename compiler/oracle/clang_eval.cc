@@ -72,10 +72,7 @@ std::string clang_eval_text(const compiler::CheckedSchedule& s) {
   for (const compiler::DeviceFunction& f : s.device_fns)
     text += compiler::device_function_definition(f) + "\n";
   for (const compiler::DeviceFunction& f : s.device_fns) {
-    std::string call = "::" + f.name + "(";
-    for (size_t k = 0; k < f.params.size(); ++k)
-      call += (k ? ", " : "") + argument(f.params[k].second, k);
-    call += ")";
+    const std::string call = compiler::device_function_call(f, argument);
     text += fmt::format(
         "extern \"C\" double mkc_host_{}([[maybe_unused]] const double* mkc_a) {{\n"
         "  return static_cast<double>({});\n"

@@ -178,6 +178,14 @@ const char* cuda_type(DType t) {
   return "void";
 }
 
+std::string device_function_call(const DeviceFunction& f,
+                                 const std::function<std::string(DType, size_t)>& argument) {
+  std::string call = "::" + f.name + "(";
+  for (size_t k = 0; k < f.params.size(); ++k)
+    call += (k ? ", " : "") + argument(f.params[k].second, k);
+  return call + ")";
+}
+
 std::string device_function_definition(const DeviceFunction& f) {
   std::string params;
   for (const auto& [name, t] : f.params)

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -21,6 +22,12 @@ const char* cuda_type(DType t);
 // A device function as one line of CUDA C++: `__device__ __forceinline__ RET NAME(PARAMS) {BODY}`.
 // The generated kernel and the check's evaluator (runtime/device_fn_eval.h) both compile this.
 std::string device_function_definition(const DeviceFunction& f);
+
+// `::NAME(a0, a1, ...)`, argument k written by `argument(its type, k)`: how the evaluators of
+// device functions (runtime/device_fn_eval.h on the GPU, compiler/oracle/clang_eval.h on the CPU)
+// call one from the argument tuple they were given.
+std::string device_function_call(const DeviceFunction& f,
+                                 const std::function<std::string(DType, size_t)>& argument);
 
 // Why `name` cannot name a device function or one of its parameters ("a C++ keyword", ...), or
 // null when it can.
