@@ -67,6 +67,7 @@ std::unique_ptr<Transport> make_transport(const NetSetup& setup) {
   if (choice.backend == NetBackend::kVerbs) {
     VerbsOptions o;
     o.hca = text_or_empty(env("MKC_IB_HCA"));
+    if (const char* q = env("MKC_IB_QP"); q != nullptr && *q != '\0') o.qp = q;
     if (const char* g = env("MKC_IB_GID_INDEX"))
       o.gid_index = parse_index("MKC_IB_GID_INDEX", g, 0, 255);
     t = make_verbs_transport(load(), o);

@@ -6,9 +6,10 @@
 //                   quiet fall back: whoever set it wanted RDMA.
 // make_transport() says what it chose, and why, once per process on stderr.
 //
-// The other variables: MKC_IB_HCA (device[:port][,...]: verbs.h), MKC_IB_GID_INDEX (the GID entry
-// RoCE ports are addressed by), MKC_NET_ADDR (the IPv4 address the tcp transport listens on and
-// gives its peers; default: the local address toward NetSetup::route_to, or 127.0.0.1).
+// The other variables: MKC_IB_HCA (device[:port][,...]: verbs.h), MKC_IB_QP (rc, srd or auto:
+// SRD on AWS EFA, RC elsewhere), MKC_IB_GID_INDEX (the GID entry RoCE ports are addressed by),
+// MKC_NET_ADDR (the IPv4 address the tcp transport listens on and gives its peers; default: the
+// local address toward NetSetup::route_to, or 127.0.0.1).
 #pragma once
 
 #include <functional>

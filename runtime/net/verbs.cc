@@ -28,14 +28,9 @@ void VerbsTransport::post_recv(Peer& p, size_t index) {
 
 bool VerbsTransport::send(int peer, const MessageHeader& header, int64_t src_offset,
                           uint64_t cookie) {
-  Peer* p = peers_.find(peer);
-  if (!connected_ || closed_ || p == nullptr) {
-    throw TransportError(peer, fmt::format("verbs: rank {} has no queue pair to rank {}{}", rank_,
-                                           peer, connected_ ? " (not one of its peers)" : ""));
-  }
-  if (p->departed)
-    fail(*p, "has stopped its proxy (said goodbye), yet this rank sends it a message");
-  return p->queue.push(QueuedMessage{header, src_offset, cookie});
+  return queue_message(peers_, connected_, closed_, "verbs", rank_, peer,
+                       QueuedMessage{header, src_offset, cookie},
+                       [&](const Peer& p, const char* what) { fail(p, what); });
 }
 
 // Posts the current message's next fragment when the credits allow: payload write (unless
@@ -46,7 +41,7 @@ bool VerbsTransport::post_fragment(Peer& p, size_t index, Completion* out, size_
   const uint64_t s = static_cast<uint64_t>(options_.staging_slots);
   const int64_t chunk = static_cast<int64_t>(options_.chunk_bytes);
   const QueuedMessage& msg = p.current;
-  const bool local_staged = !direct_, remote_staged = !p.remote_direct;
+  const bool local_staged = !dev_.direct, remote_staged = !p.remote_direct;
   const int64_t left = msg.header.bytes - p.posted_bytes;
   const int64_t frag = std::min(left, local_staged || remote_staged ? chunk : max_fragment_);
   const bool payload = frag > 0;
@@ -87,11 +82,11 @@ bool VerbsTransport::post_fragment(Peer& p, size_t index, Completion* out, size_
       char* at = p.send_stage + (p.local_stage_seq % s) * static_cast<uint64_t>(chunk);
       heap_->read(msg.src_offset + p.posted_bytes, at, frag);
       psge.addr = reinterpret_cast<uintptr_t>(at);
-      psge.lkey = stage_mr_->lkey;
+      psge.lkey = dev_.stage_mr->lkey;
       ++p.local_stage_seq;
     } else {
-      psge.addr = heap_base_ + static_cast<uint64_t>(msg.src_offset + p.posted_bytes);
-      psge.lkey = heap_mr_->lkey;
+      psge.addr = dev_.heap_base + static_cast<uint64_t>(msg.src_offset + p.posted_bytes);
+      psge.lkey = dev_.heap_mr->lkey;
     }
     psge.length = static_cast<uint32_t>(frag);
     pwr.wr_id = wr_id(kPayloadWr, index, p.msg_seq);
@@ -112,7 +107,7 @@ bool VerbsTransport::post_fragment(Peer& p, size_t index, Completion* out, size_
   }
   hsge.addr = reinterpret_cast<uintptr_t>(&h);
   hsge.length = sizeof(Mail);
-  hsge.lkey = ctrl_mr_->lkey;
+  hsge.lkey = dev_.ctrl_mr->lkey;
   hwr.wr_id = wr_id(kHeaderWr, index, p.msg_seq);
   hwr.sg_list = &hsge;
   hwr.num_sge = 1;
@@ -158,7 +153,7 @@ void VerbsTransport::return_credits(Peer& p, size_t index) {
   ibv_sge sge{};
   sge.addr = reinterpret_cast<uintptr_t>(p.credits_out);
   sge.length = 2 * sizeof(uint64_t);
-  sge.lkey = ctrl_mr_->lkey;
+  sge.lkey = dev_.ctrl_mr->lkey;
   ibv_send_wr wr{};
   wr.wr_id = wr_id(kCreditWr, index, 0);
   wr.sg_list = &sge;
@@ -196,7 +191,7 @@ size_t VerbsTransport::poll(Completion* out, size_t max) {
   }
   while (n < max) {
     const int want = static_cast<int>(std::min(wcs_.size(), max - n));
-    const int got = api_.poll_cq(cq_, want, wcs_.data());
+    const int got = api_.poll_cq(dev_.cq, want, wcs_.data());
     if (got < 0) {
       throw TransportError(-1, fmt::format("verbs: rank {}: ibv_poll_cq failed (returned {}): "
                                            "the completion queue overflowed or the device failed",
@@ -316,7 +311,7 @@ void VerbsTransport::on_receive(Peer& p, size_t index, const ibv_wc& wc, Complet
   const bool staged = (h.flags & kStaged) != 0;
   const void* data = nullptr;
   if (staged) {
-    if (direct_ || h.stage_slot != p.recv_stage_seq % s ||
+    if (dev_.direct || h.stage_slot != p.recv_stage_seq % s ||
         h.bytes > static_cast<int64_t>(options_.chunk_bytes)) {
       fail(p, fmt::format("staged {} bytes in slot {} where slot {} of {} bytes was due", h.bytes,
                           h.stage_slot, p.recv_stage_seq % s, options_.chunk_bytes));
@@ -325,7 +320,7 @@ void VerbsTransport::on_receive(Peer& p, size_t index, const ibv_wc& wc, Complet
     ++p.recv_stage_seq;
     ++p.to_free_staging;
   } else if (h.bytes > 0) {
-    if (!direct_) fail(p, "wrote into this rank's heap, which it did not register");
+    if (!dev_.direct) fail(p, "wrote into this rank's heap, which it did not register");
     p.message_placed = true;
   }
   const bool last = (h.flags & kLast) != 0;
@@ -364,7 +359,7 @@ void VerbsTransport::close() {
       h.flags = kBye;
       h.event = -1;
       h.magic = kMailMagic;
-      ibv_sge sge{reinterpret_cast<uintptr_t>(&h), sizeof(Mail), ctrl_mr_->lkey};
+      ibv_sge sge{reinterpret_cast<uintptr_t>(&h), sizeof(Mail), dev_.ctrl_mr->lkey};
       ibv_send_wr wr{};
       wr.wr_id = wr_id(kHeaderWr, i, p.msg_seq);
       wr.sg_list = &sge;
@@ -387,7 +382,7 @@ void VerbsTransport::close() {
                          [](const Peer& p) { return p.msg_seq > p.hdr_done && !p.departed; });
     };
     while (waiting() && Clock::now() < deadline) {
-      const int got = api_.poll_cq(cq_, static_cast<int>(wcs_.size()), wcs_.data());
+      const int got = api_.poll_cq(dev_.cq, static_cast<int>(wcs_.size()), wcs_.data());
       if (got < 0) break;
       for (int k = 0; k < got; ++k) {
         const ibv_wc& wc = wcs_[static_cast<size_t>(k)];
@@ -411,21 +406,12 @@ void VerbsTransport::release() {
     if (p.qp != nullptr) api_.destroy_qp(p.qp);
     p.qp = nullptr;
   }
-  if (heap_mr_ != nullptr) api_.dereg_mr(heap_mr_);
-  if (ctrl_mr_ != nullptr) api_.dereg_mr(ctrl_mr_);
-  if (stage_mr_ != nullptr) api_.dereg_mr(stage_mr_);
-  heap_mr_ = ctrl_mr_ = stage_mr_ = nullptr;
-  if (cq_ != nullptr) api_.destroy_cq(cq_);
-  cq_ = nullptr;
-  if (pd_ != nullptr) api_.dealloc_pd(pd_);
-  pd_ = nullptr;
-  if (ctx_ != nullptr) api_.close_device(ctx_);
-  ctx_ = nullptr;
+  dev_.release();
 }
 
 }  // namespace verbs
 
-std::unique_ptr<Transport> make_verbs_transport(const VerbsApi& api, const VerbsOptions& options) {
+std::unique_ptr<Transport> make_rc_transport(const VerbsApi& api, const VerbsOptions& options) {
   return std::make_unique<verbs::VerbsTransport>(api, options);
 }
 

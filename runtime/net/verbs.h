@@ -67,6 +67,9 @@ struct VerbsOptions {
   int ack_timeout = 14;
   int retry_count = 7;
   int rnr_retry = 7;
+  // MKC_IB_QP: the queue pair type. "auto": SRD on an AWS EFA device (it has no RC), RC on any
+  // other; "rc" or "srd" insist (an error where the device cannot).
+  std::string qp = "auto";
 };
 
 // A device port that is active, as chosen for this rank.
@@ -81,8 +84,21 @@ struct VerbsPort {
 // (listing each device's ports and their states).
 VerbsPort choose_port(const VerbsApi& api, const std::string& hca);
 
-// The transport, calling through `api` (which must outlive it).
+// Opens the device named `name` (as listed by ibv_get_device_list). Throws TransportError naming
+// the call and `where` when it fails or the device is gone.
+ibv_context* open_named_device(const VerbsApi& api, const std::string& name,
+                               const std::string& where);
+
+// Whether `ctx` is an AWS EFA device (libefa loaded and efadv_query_device answers for it); its
+// attributes in `attr` when it is.
+bool is_efa_device(const VerbsApi& api, ibv_context* ctx, efadv_device_attr* attr);
+
+// The transport, calling through `api` (which must outlive it): RC queue pairs, or EFA's SRD
+// (verbs_srd.h) as VerbsOptions::qp and the chosen device say, decided at connect().
 std::unique_ptr<Transport> make_verbs_transport(const VerbsApi& api, const VerbsOptions& options);
+// The two paths themselves (tests): RC queue pairs (verbs.cc), and EFA's SRD (verbs_srd.h).
+std::unique_ptr<Transport> make_rc_transport(const VerbsApi& api, const VerbsOptions& options);
+std::unique_ptr<Transport> make_srd_transport(const VerbsApi& api, const VerbsOptions& options);
 
 // "transport retry counter exceeded (IBV_WC_RETRY_EXC_ERR, status 12)", with a hint for the
 // statuses a vanished or refusing peer gives.

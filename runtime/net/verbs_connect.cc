@@ -23,34 +23,17 @@ void VerbsTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
   try {
     port_ = choose_port(api_, options_.hca);
     const std::string here = fmt::format(" (rank {}, {} port {})", rank_, port_.device, port_.port);
-    {
-      int n = 0;
-      ibv_device** list = MKC_IBV_PTR(api_, get_device_list, -1, here, &n);
-      for (int i = 0; i < n && ctx_ == nullptr; ++i) {
-        if (port_.device == api_.get_device_name(list[i])) {
-          errno = 0;
-          ctx_ = api_.open_device(list[i]);
-          if (ctx_ == nullptr) {
-            const int e = errno ? errno : EIO;
-            api_.free_device_list(list);
-            throw_call("ibv_open_device", e, -1, here, __FILE__, __LINE__);
-          }
-        }
-      }
-      api_.free_device_list(list);
-      if (ctx_ == nullptr) {
-        throw TransportError(-1, fmt::format("verbs: device {} went away{}", port_.device, here));
-      }
-    }
+    dev_.ctx = open_named_device(api_, port_.device, here);
     ibv_device_attr dev{};
-    MKC_IBV(api_, query_device, -1, here, ctx_, &dev);
-    MKC_IBV(api_, query_port, -1, here, ctx_, static_cast<uint8_t>(port_.port), &port_.attr);
+    MKC_IBV(api_, query_device, -1, here, dev_.ctx, &dev);
+    MKC_IBV(api_, query_port, -1, here, dev_.ctx, static_cast<uint8_t>(port_.port), &port_.attr);
     gid_index_ = std::max(0, options_.gid_index);
-    MKC_IBV(api_, query_gid, -1, here, ctx_, static_cast<uint8_t>(port_.port), gid_index_, &gid_);
+    MKC_IBV(api_, query_gid, -1, here, dev_.ctx, static_cast<uint8_t>(port_.port), gid_index_,
+            &gid_);
     if (port_.attr.max_msg_sz > 0) {
       max_fragment_ = std::min<int64_t>(max_fragment_, static_cast<int64_t>(port_.attr.max_msg_sz));
     }
-    pd_ = MKC_IBV_PTR(api_, alloc_pd, -1, here, ctx_);
+    dev_.pd = MKC_IBV_PTR(api_, alloc_pd, -1, here, dev_.ctx);
 
     std::vector<int> mine = params.peers;
     std::sort(mine.begin(), mine.end());
@@ -60,19 +43,22 @@ void VerbsTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
     sq_depth_ = std::min(2 * m + 2, std::max(8, dev.max_qp_wr));
     const int cqe =
         std::min(std::max(16, dev.max_cqe), static_cast<int>(npeers) * (sq_depth_ + m) + 16);
-    cq_ = MKC_IBV_PTR(api_, create_cq, -1, here, ctx_, cqe, nullptr, nullptr, 0);
+    dev_.cq = MKC_IBV_PTR(api_, create_cq, -1, here, dev_.ctx, cqe, nullptr, nullptr, 0);
     wcs_.resize(64);
 
-    register_heap();
+    dev_.register_heap(heap, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "verbs", rank_,
+                       fmt::format(" (rank {})", rank_));
     const size_t per_peer_ctrl = 2 * static_cast<size_t>(m) * sizeof(Mail) + 2 * sizeof(Credits);
     ctrl_.allocate(per_peer_ctrl * std::max<size_t>(npeers, 1));
     const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    ctrl_mr_ = MKC_IBV_PTR(api_, reg_mr, -1, here, pd_, ctrl_.data.get(), ctrl_.bytes, access);
+    dev_.ctrl_mr =
+        MKC_IBV_PTR(api_, reg_mr, -1, here, dev_.pd, ctrl_.data.get(), ctrl_.bytes, access);
     const size_t chunk = options_.chunk_bytes;
     const size_t stage_slots = static_cast<size_t>(options_.staging_slots);
-    if (!direct_ && npeers > 0) {
+    if (!dev_.direct && npeers > 0) {
       stage_.allocate(2 * stage_slots * chunk * npeers);
-      stage_mr_ = MKC_IBV_PTR(api_, reg_mr, -1, here, pd_, stage_.data.get(), stage_.bytes, access);
+      dev_.stage_mr =
+          MKC_IBV_PTR(api_, reg_mr, -1, here, dev_.pd, stage_.data.get(), stage_.bytes, access);
     }
 
     peers_.assign(world_, mine);
@@ -85,7 +71,7 @@ void VerbsTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
       p.headers = reinterpret_cast<Mail*>(base + static_cast<size_t>(m) * sizeof(Mail));
       p.credits_in = reinterpret_cast<Credits*>(base + 2 * static_cast<size_t>(m) * sizeof(Mail));
       p.credits_out = p.credits_in + 1;
-      if (!direct_) {
+      if (!dev_.direct) {
         p.stage_offset = i * 2 * stage_slots * chunk;
         p.recv_stage = stage_.data.get() + p.stage_offset;
         p.send_stage = p.recv_stage + stage_slots * chunk;
@@ -94,15 +80,15 @@ void VerbsTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
       p.queue.set_capacity(options_.queue);
       p.slots.resize(static_cast<size_t>(m));
       ibv_qp_init_attr init{};
-      init.send_cq = cq_;
-      init.recv_cq = cq_;
+      init.send_cq = dev_.cq;
+      init.recv_cq = dev_.cq;
       init.qp_type = IBV_QPT_RC;
       init.sq_sig_all = 0;
       init.cap.max_send_wr = static_cast<uint32_t>(sq_depth_);
       init.cap.max_recv_wr = static_cast<uint32_t>(m);
       init.cap.max_send_sge = 1;
       init.cap.max_recv_sge = 1;
-      p.qp = MKC_IBV_PTR(api_, create_qp, p.rank, for_peer(p.rank), pd_, &init);
+      p.qp = MKC_IBV_PTR(api_, create_qp, p.rank, for_peer(p.rank), dev_.pd, &init);
       to_init(p);
       for (int k = 0; k < m; ++k) post_recv(p, i);
     }
@@ -113,14 +99,14 @@ void VerbsTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
     head.active_mtu = static_cast<uint32_t>(port_.attr.active_mtu);
     head.lid = port_.attr.lid;
     head.gid_index = static_cast<uint32_t>(gid_index_);
-    head.direct = direct_ ? 1 : 0;
-    head.heap_base = heap_base_;
+    head.direct = dev_.direct ? 1 : 0;
+    head.heap_base = dev_.heap_base;
     head.heap_bytes = static_cast<uint64_t>(heap.size());
-    head.heap_rkey = heap_mr_ != nullptr ? heap_mr_->rkey : 0;
+    head.heap_rkey = dev_.heap_mr != nullptr ? dev_.heap_mr->rkey : 0;
     head.ctrl_base = reinterpret_cast<uintptr_t>(ctrl_.data.get());
-    head.ctrl_rkey = ctrl_mr_->rkey;
+    head.ctrl_rkey = dev_.ctrl_mr->rkey;
     head.stage_base = reinterpret_cast<uintptr_t>(stage_.data.get());
-    head.stage_rkey = stage_mr_ != nullptr ? stage_mr_->rkey : 0;
+    head.stage_rkey = dev_.stage_mr != nullptr ? dev_.stage_mr->rkey : 0;
     head.mailbox_slots = static_cast<uint32_t>(m);
     head.staging_slots = static_cast<uint32_t>(stage_slots);
     head.chunk_bytes = chunk;
@@ -171,34 +157,45 @@ void VerbsTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
   connected_ = true;
 }
 
-// The heap, registered as a dma-buf when it has one and the library can, else as host memory
-// when it is addressable; else not at all (staging).
-void VerbsTransport::register_heap() {
-  const HeapRegistration reg = heap_->registration();
-  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-  const size_t bytes = static_cast<size_t>(heap_->size());
+void DeviceResources::register_heap(MemoryAccess& heap, int access, const char* transport, int rank,
+                                    const std::string& here) {
+  const HeapRegistration reg = heap.registration();
+  const size_t bytes = static_cast<size_t>(heap.size());
   if (bytes == 0) return;
-  if (reg.dmabuf_fd >= 0 && api_.reg_dmabuf_mr != nullptr) {
+  if (reg.dmabuf_fd >= 0 && api->reg_dmabuf_mr != nullptr) {
     errno = 0;
-    heap_mr_ = api_.reg_dmabuf_mr(pd_, reg.dmabuf_offset, bytes, reg.device_address, reg.dmabuf_fd,
-                                  access);
-    if (heap_mr_ != nullptr) {
-      direct_ = true;
-      heap_base_ = reg.device_address;
+    heap_mr =
+        api->reg_dmabuf_mr(pd, reg.dmabuf_offset, bytes, reg.device_address, reg.dmabuf_fd, access);
+    if (heap_mr != nullptr) {
+      direct = true;
+      heap_base = reg.device_address;
       return;
     }
     // The GPU driver or the NIC may not do dma-buf (no peer memory support): staging still works.
     std::fprintf(stderr,
-                 "mkc: verbs: rank %d: ibv_reg_dmabuf_mr of the heap failed (%s); staging "
-                 "through host memory instead\n",
-                 rank_, errno_text(errno ? errno : EIO).c_str());
+                 "mkc: %s: rank %d: ibv_reg_dmabuf_mr of the heap failed (%s); staging through "
+                 "host memory instead\n",
+                 transport, rank, errno_text(errno ? errno : EIO).c_str());
   }
   if (reg.host_address != nullptr) {
-    heap_mr_ = MKC_IBV_PTR(api_, reg_mr, -1, fmt::format(" of the heap (rank {})", rank_), pd_,
-                           reg.host_address, bytes, access);
-    direct_ = true;
-    heap_base_ = reinterpret_cast<uintptr_t>(reg.host_address);
+    heap_mr =
+        MKC_IBV_PTR(*api, reg_mr, -1, " of the heap" + here, pd, reg.host_address, bytes, access);
+    direct = true;
+    heap_base = reinterpret_cast<uintptr_t>(reg.host_address);
   }
+}
+
+void DeviceResources::release() {
+  if (heap_mr != nullptr) api->dereg_mr(heap_mr);
+  if (ctrl_mr != nullptr) api->dereg_mr(ctrl_mr);
+  if (stage_mr != nullptr) api->dereg_mr(stage_mr);
+  heap_mr = ctrl_mr = stage_mr = nullptr;
+  if (cq != nullptr) api->destroy_cq(cq);
+  cq = nullptr;
+  if (pd != nullptr) api->dealloc_pd(pd);
+  pd = nullptr;
+  if (ctx != nullptr) api->close_device(ctx);
+  ctx = nullptr;
 }
 
 void VerbsTransport::to_init(Peer& p) {

@@ -66,6 +66,15 @@ VerbsApi load_verbs(const char* library) {
 #undef MKC_RESOLVE
   api.reg_dmabuf_mr =
       reinterpret_cast<decltype(api.reg_dmabuf_mr)>(::dlsym(handle, "ibv_reg_dmabuf_mr"));
+  api.qp_to_qp_ex = reinterpret_cast<decltype(api.qp_to_qp_ex)>(::dlsym(handle, "ibv_qp_to_qp_ex"));
+  // AWS EFA's direct verbs, where rdma-core's libefa is installed (it uses the libibverbs just
+  // loaded). Without it an EFA device is still listed, but no SRD queue pair can be made.
+  if (void* efa = ::dlopen("libefa.so.1", RTLD_NOW | RTLD_LOCAL); efa != nullptr) {
+    api.efa_query_device =
+        reinterpret_cast<decltype(api.efa_query_device)>(::dlsym(efa, "efadv_query_device"));
+    api.efa_create_qp_ex =
+        reinterpret_cast<decltype(api.efa_create_qp_ex)>(::dlsym(efa, "efadv_create_qp_ex"));
+  }
   auto compat = reinterpret_cast<CompatQueryPort>(::dlsym(handle, "ibv_query_port"));
   if (compat == nullptr) {
     throw EnvironmentError(fmt::format("verbs: {} has no ibv_query_port", library));

@@ -3,6 +3,7 @@
 // libibverbs; a test gives a fake table instead (tests/runtime/net/fake_verbs.h).
 #pragma once
 
+#include <infiniband/efadv.h>
 #include <infiniband/verbs.h>
 
 #include <string>
@@ -28,6 +29,8 @@ namespace mkc::rt::net {
   X(modify_qp)                    \
   X(reg_mr)                       \
   X(dereg_mr)                     \
+  X(create_ah)                    \
+  X(destroy_ah)                   \
   X(wc_status_str)
 
 // The library's functions, and the calls verbs.h makes inline (through the context's ops).
@@ -37,6 +40,14 @@ struct VerbsApi {
 #undef MKC_VERBS_MEMBER
   // rdma-core 34 and later; null when the library lacks it (then GPU memory is staged).
   decltype(&::ibv_reg_dmabuf_mr) reg_dmabuf_mr = nullptr;
+  // rdma-core 26 and later (the extended work-request API, which EFA's SRD queue pairs need for
+  // RDMA reads; the wr_* calls themselves are reached through the ibv_qp_ex it returns); null
+  // when the library lacks it.
+  decltype(&::ibv_qp_to_qp_ex) qp_to_qp_ex = nullptr;
+  // libefa.so.1 (AWS EFA's direct verbs), loaded beside libibverbs when it is there; null
+  // otherwise (then no device is taken for an EFA device, and SRD is not offered).
+  decltype(&::efadv_query_device) efa_query_device = nullptr;
+  decltype(&::efadv_create_qp_ex) efa_create_qp_ex = nullptr;
   // Inline in verbs.h; the loaded table points them at the context's ops.
   int (*query_port)(ibv_context*, uint8_t, ibv_port_attr*) = nullptr;
   int (*post_send)(ibv_qp*, ibv_send_wr*, ibv_send_wr**) = nullptr;

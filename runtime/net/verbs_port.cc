@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "runtime/net/verbs.h"
+#include "runtime/net/verbs_calls.h"
 
 namespace mkc::rt::net {
 namespace {
@@ -128,6 +129,38 @@ VerbsPort choose_port(const VerbsApi& api, const std::string& hca) {
   }
   throw EnvironmentError(fmt::format("verbs: no active RDMA port{}: {}",
                                      hca.empty() ? "" : " among MKC_IB_HCA=" + hca, seen));
+}
+
+ibv_context* open_named_device(const VerbsApi& api, const std::string& name,
+                               const std::string& where) {
+  int n = 0;
+  errno = 0;
+  ibv_device** list = api.get_device_list(&n);
+  if (list == nullptr) {
+    verbs::throw_call("ibv_get_device_list", errno ? errno : EIO, -1, where, __FILE__, __LINE__);
+  }
+  ibv_context* ctx = nullptr;
+  for (int i = 0; i < n && ctx == nullptr; ++i) {
+    if (name != api.get_device_name(list[i])) continue;
+    errno = 0;
+    ctx = api.open_device(list[i]);
+    if (ctx == nullptr) {
+      const int e = errno ? errno : EIO;
+      api.free_device_list(list);
+      verbs::throw_call("ibv_open_device", e, -1, where, __FILE__, __LINE__);
+    }
+  }
+  api.free_device_list(list);
+  if (ctx == nullptr) {
+    throw TransportError(-1, fmt::format("verbs: device {} went away{}", name, where));
+  }
+  return ctx;
+}
+
+bool is_efa_device(const VerbsApi& api, ibv_context* ctx, efadv_device_attr* attr) {
+  if (api.efa_query_device == nullptr) return false;
+  *attr = efadv_device_attr{};
+  return api.efa_query_device(ctx, attr, sizeof(*attr)) == 0;
 }
 
 }  // namespace mkc::rt::net

@@ -44,13 +44,58 @@ struct PageBuffer {
   }
 };
 
+// What both paths (RC here, EFA's SRD in verbs_srd.h) hold of the device: its context, the
+// protection domain, the completion queue and the memory regions, the heap's registration, and
+// their release (after the queue pairs and address handles that use them).
+struct DeviceResources {
+  const VerbsApi* api = nullptr;
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_mr* heap_mr = nullptr;
+  ibv_mr* ctrl_mr = nullptr;
+  ibv_mr* stage_mr = nullptr;
+  bool direct = false;  // the heap is registered: the NIC reads and writes it itself
+  uint64_t heap_base = 0;
+
+  // Registers `heap` with `access`: as a dma-buf when it has one and the library can (a refusal
+  // is said on stderr, naming `transport` and `rank`), else as host memory when it is
+  // addressable; else not at all (the path stages). Sets `direct` and `heap_base`.
+  void register_heap(MemoryAccess& heap, int access, const char* transport, int rank,
+                     const std::string& here);
+  void release();
+};
+
+// The options within the bounds both paths keep: 2-4096 mailbox slots, 1-1024 staging slots,
+// chunks of at least 4 KB, a queue of at least one message.
+inline VerbsOptions bounded(VerbsOptions o) {
+  o.mailbox_slots = std::clamp(o.mailbox_slots, 2, 4096);
+  o.staging_slots = std::clamp(o.staging_slots, 1, 1024);
+  o.chunk_bytes = std::max<size_t>(o.chunk_bytes, 4096);
+  o.queue = std::max<size_t>(o.queue, 1);
+  return o;
+}
+
+// Both paths' send(): the message queued for `peer` (false: no room), or a TransportError when
+// the transport is not connected, `peer` is not one of its peers or has said goodbye.
+template <typename Peer, typename Fail>
+bool queue_message(PeerTable<Peer>& peers, bool connected, bool closed, const char* transport,
+                   int rank, int peer, const QueuedMessage& message, Fail&& fail) {
+  Peer* p = peers.find(peer);
+  if (!connected || closed || p == nullptr) {
+    throw TransportError(peer, fmt::format("{}: rank {} has no queue pair to rank {}{}", transport,
+                                           rank, peer, connected ? " (not one of its peers)" : ""));
+  }
+  if (p->departed)
+    fail(*p, "has stopped its proxy (said goodbye), yet this rank sends it a message");
+  return p->queue.push(message);
+}
+
 class VerbsTransport final : public Transport {
  public:
-  VerbsTransport(const VerbsApi& api, const VerbsOptions& options) : api_(api), options_(options) {
-    options_.mailbox_slots = std::clamp(options_.mailbox_slots, 2, 4096);
-    options_.staging_slots = std::clamp(options_.staging_slots, 1, 1024);
-    options_.chunk_bytes = std::max<size_t>(options_.chunk_bytes, 4096);
-    options_.queue = std::max<size_t>(options_.queue, 1);
+  VerbsTransport(const VerbsApi& api, const VerbsOptions& options)
+      : api_(api), options_(bounded(options)) {
+    dev_.api = &api;
   }
   ~VerbsTransport() override { release(); }
 
@@ -123,7 +168,6 @@ class VerbsTransport final : public Transport {
   std::string for_peer(int rank) const {
     return fmt::format(" (rank {}, for rank {})", rank_, rank);
   }
-  void register_heap();
   void to_init(Peer& p);
   void to_rtr_rts(Peer& p, const BlobHead& remote, const BlobPeer& entry);
   void post_recv(Peer& p, size_t index);
@@ -148,14 +192,7 @@ class VerbsTransport final : public Transport {
   int gid_index_ = 0;
   int64_t max_fragment_ = int64_t{1} << 30;
   int sq_depth_ = 0;
-  ibv_context* ctx_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  ibv_cq* cq_ = nullptr;
-  ibv_mr* heap_mr_ = nullptr;
-  ibv_mr* ctrl_mr_ = nullptr;
-  ibv_mr* stage_mr_ = nullptr;
-  bool direct_ = false;  // the heap is registered
-  uint64_t heap_base_ = 0;
+  DeviceResources dev_;
   PageBuffer ctrl_, stage_;
   PeerTable<Peer> peers_;
   std::vector<ibv_wc> wcs_;

@@ -9,11 +9,21 @@
 // for: a verbs call failing with an errno, a write failing with a status, writes that never
 // complete.
 //
+// Devices marked `efa` stand for AWS EFA NICs (libefa's efadv_query_device and efadv_create_qp_ex,
+// address handles, the extended work-request API): ports without LIDs (addressed by GID) and SRD
+// queue pairs (RESET, INIT with a qkey, RTR, RTS). SRD is reliable but unordered, and the fake
+// makes it so: posted SENDs and RDMA READs go to an in-flight pool and execute later, a random
+// subset at each poll_cq and wr_complete (seeded by set_seed), so that work requests of one queue
+// pair overtake each other (srd_overtakes counts it). They get EFA's checks: a reachable SRD queue
+// pair with the right qkey (else a general error, vendor_err 1), message sizes, a posted receive
+// (else RNR), keys, access and bounds of the regions, queue depths.
+//
 // One FakeVerbs at a time (its entries are plain functions, so they find it through a global);
 // every entry takes its lock, so ranks on several threads may use it at once.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,6 +39,12 @@ struct FakeDevice {
   std::vector<ibv_port_state> ports = {IBV_PORT_ACTIVE};
   // IBV_LINK_LAYER_ETHERNET: RoCE, no LIDs (addressed by GID).
   uint8_t link_layer = IBV_LINK_LAYER_INFINIBAND;
+  // An AWS EFA device: its ports are IBV_LINK_LAYER_UNSPECIFIED without LIDs (link_layer above is
+  // not used), its messages at most 8928 B; it makes SRD queue pairs (efa_create_qp_ex) and no RC
+  // ones. efa_caps: EFADV_DEVICE_ATTR_CAPS_*, as efa_query_device reports them.
+  bool efa = false;
+  uint32_t efa_caps = EFADV_DEVICE_ATTR_CAPS_RDMA_READ | EFADV_DEVICE_ATTR_CAPS_RNR_RETRY;
+  uint32_t max_rdma_size = 1u << 30;
 };
 
 class FakeVerbs {
@@ -43,10 +59,16 @@ class FakeVerbs {
   // The `nth` next call of `call` (the entry's name: "create_qp", "reg_mr", ...) fails with
   // errno `err`.
   void fail_call(const std::string& call, int err, int nth = 1);
-  // The next RDMA write posted (on any queue pair) fails with `status` and moves nothing.
+  // The next RDMA write posted (on any queue pair), or the next SRD work request executed, fails
+  // with `status` and moves nothing.
   void fail_next_write(ibv_wc_status status);
-  // From now on, writes are taken but never complete (a path that went dark).
+  // From now on, writes are taken but never complete (a path that went dark); SRD work requests
+  // stay in flight.
   void hold_writes();
+  // Seeds the order in which SRD work requests execute (a fixed seed until this is called).
+  void set_seed(uint64_t seed);
+  // SRD work requests executed while one posted earlier on the same queue pair was in flight.
+  int srd_overtakes() const;
   // As a libibverbs without ibv_reg_dmabuf_mr.
   void drop_dmabuf();
   // A dma-buf file descriptor and the host memory it stands for.
@@ -54,7 +76,8 @@ class FakeVerbs {
 
   int dmabuf_registrations() const;
   int host_registrations() const;
-  // Objects alive now: a transport that released everything leaves none.
+  // Objects alive now (address handles included): a transport that released everything leaves
+  // none.
   int live_objects() const;
 
   struct State;

@@ -9,78 +9,28 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "runtime/net/all_gather.h"
 #include "tests/runtime/net/exchange.h"
-#include "tests/runtime/net/fake_verbs.h"
-#include "tests/runtime/net/net_test_util.h"
+#include "tests/runtime/net/verbs_test_util.h"
 
 namespace mkc::rt::net {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::contains;
+using testing::devices;
+using testing::DmabufMemory;
+using testing::error_of;
+using testing::exchange_two;
 using testing::FakeDevice;
 using testing::FakeVerbs;
 using testing::first_difference;
+using testing::on_device;
 using testing::others;
+using testing::Pair;
+using testing::params;
 using testing::poll_until;
 using testing::Receiver;
 using testing::run_ranks;
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-ConnectParams params(int rank, int world, LocalAllGather& ag,
-                     std::chrono::milliseconds timeout = 10s) {
-  ConnectParams p;
-  p.rank = rank;
-  p.world = world;
-  p.peers = others(rank, world);
-  p.all_gather = ag.for_rank(rank);
-  p.timeout = timeout;
-  return p;
-}
-
-// Ranks as threads on one fake device each (one NIC per rank, as on a GPU node).
-std::vector<FakeDevice> devices(int n, uint8_t link_layer = IBV_LINK_LAYER_INFINIBAND) {
-  std::vector<FakeDevice> v;
-  for (int i = 0; i < n; ++i)
-    v.push_back({fmt::format("mlx5_{}", i), {IBV_PORT_ACTIVE}, link_layer});
-  return v;
-}
-
-VerbsOptions on_device(int rank, VerbsOptions o = {}) {
-  o.hca = fmt::format("mlx5_{}", rank);
-  return o;
-}
-
-// A heap in host memory that offers RDMA a dma-buf (as GPU memory would), not its address.
-class DmabufMemory : public HostMemory {
- public:
-  DmabufMemory(int64_t bytes, int fd, FakeVerbs& fake) : HostMemory(bytes), fd_(fd) {
-    fake.add_dmabuf(fd, data(), static_cast<size_t>(bytes));
-  }
-  HeapRegistration registration() const override {
-    HeapRegistration r;
-    r.dmabuf_fd = fd_;
-    r.device_address = 0x7f0000000000ull + (static_cast<uint64_t>(fd_) << 32);
-    return r;
-  }
-  void flush_inbound() override { ++flushes; }
-  int flushes = 0;
-
- private:
-  int fd_;
-};
 
 TEST_CASE("verbs: the port MKC_IB_HCA names, else the first active one; named errors otherwise") {
   FakeVerbs fake({{"mlx5_0", {IBV_PORT_DOWN}}, {"mlx5_1", {IBV_PORT_INIT, IBV_PORT_ACTIVE}}});
@@ -126,56 +76,6 @@ TEST_CASE("verbs: no device, or no device list, is a clear error") {
                        doctest::Contains("no RDMA device"), EnvironmentError);
 }
 
-// Two ranks send each other `sizes` at once; returns what each received, checked byte for byte.
-void exchange_two(FakeVerbs& fake, std::vector<std::unique_ptr<HostMemory>>& heaps,
-                  const std::vector<int64_t>& sizes, int64_t half, VerbsOptions options,
-                  bool expect_placed, long* fragments = nullptr) {
-  std::vector<int64_t> at;
-  int64_t used = 0;
-  for (int64_t n : sizes) {
-    at.push_back(used);
-    used += (n + 4095) / 4096 * 4096 + 4096;
-  }
-  REQUIRE(used <= half);
-  for (int r = 0; r < 2; ++r) testing::fill_pattern(*heaps[r], r, 0, half);
-  LocalAllGather ag(2, 10s);
-  std::vector<std::vector<testing::Received>> got(2);
-  std::vector<long> frags(2);
-  const auto errors = run_ranks(2, [&](int rank) {
-    auto t = make_verbs_transport(fake.api(), on_device(rank, options));
-    t->connect(params(rank, 2, ag), *heaps[rank]);
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      REQUIRE(t->send(1 - rank, {half + at[i], sizes[i], static_cast<int32_t>(i % 4)}, at[i], i));
-    }
-    Receiver rx(*t, *heaps[rank], 2);
-    poll_until(
-        rx, [&] { return rx.sent.size() == sizes.size() && rx.received.size() == sizes.size(); });
-    ag.gather(rank, "");
-    t->close();
-    for (size_t i = 0; i < sizes.size(); ++i) CHECK(rx.sent[i] == i);
-    got[rank] = rx.received;
-    frags[rank] = rx.fragments;
-  });
-  CHECK(errors[0] == "");
-  CHECK(errors[1] == "");
-  for (int r = 0; r < 2; ++r) {
-    REQUIRE(got[r].size() == sizes.size());
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      CAPTURE(r);
-      CAPTURE(i);
-      const testing::Received& m = got[r][i];
-      CHECK(m.peer == 1 - r);
-      CHECK(m.dst_offset == half + at[i]);
-      CHECK(m.bytes == sizes[i]);
-      CHECK(m.event == static_cast<int>(i % 4));
-      CHECK(m.placed == (expect_placed && sizes[i] > 0));
-      CHECK(first_difference(*heaps[r], half + at[i], 1 - r, at[i], sizes[i]) == -1);
-    }
-  }
-  if (fragments != nullptr) *fragments = frags[0];
-  CHECK(fake.live_objects() == 0);
-}
-
 const std::vector<int64_t> kSizes = {0, 8, 4096, 1 << 20, 16 << 20, 8, 0};
 constexpr int64_t kHalf = 24 << 20;
 
@@ -216,29 +116,7 @@ TEST_CASE("verbs: heaps staged through host buffers, mailbox and staging credits
 
 TEST_CASE("verbs: one rank's heap registered, the other's staged, both ways") {
   FakeVerbs fake(devices(2));
-  auto heaps = host_heaps(true);
-  heaps[1]->set_registrable(false);
-  std::vector<std::vector<testing::Received>> got(2);
-  LocalAllGather ag(2, 10s);
-  const int64_t bytes = 3 << 20;
-  for (int r = 0; r < 2; ++r) testing::fill_pattern(*heaps[r], r, 0, bytes);
-  const auto errors = run_ranks(2, [&](int rank) {
-    auto t = make_verbs_transport(fake.api(), on_device(rank));
-    t->connect(params(rank, 2, ag), *heaps[rank]);
-    REQUIRE(t->send(1 - rank, {kHalf, bytes, 2}, 0, 9));
-    Receiver rx(*t, *heaps[rank], 2);
-    poll_until(rx, [&] { return rx.sent.size() == 1 && rx.received.size() == 1; });
-    ag.gather(rank, "");
-    t->close();
-    got[rank] = rx.received;
-  });
-  CHECK(errors[0] == "");
-  CHECK(errors[1] == "");
-  for (int r = 0; r < 2; ++r) {
-    REQUIRE(got[r].size() == 1);
-    CHECK(got[r][0].placed == (r == 0));
-    CHECK(first_difference(*heaps[r], kHalf, 1 - r, 0, bytes) == -1);
-  }
+  testing::one_registered_one_staged(fake, "mlx5_");
 }
 
 TEST_CASE("verbs: heaps as dma-bufs (GPU memory), or staged when the library has no dma-buf call") {
@@ -290,50 +168,15 @@ TEST_CASE("verbs: RoCE ports, addressed by GID") {
 }
 
 TEST_CASE("verbs: 3 and 4 ranks all to all through their proxies, direct and staged") {
-  for (int world : {3, 4}) {
-    for (bool registrable : {true, false}) {
-      CAPTURE(world);
-      CAPTURE(registrable);
-      FakeVerbs fake(devices(world));
-      testing::all_to_all_through_proxies(
-          world, [&](int rank) { return make_verbs_transport(fake.api(), on_device(rank)); },
-          [&](int, int64_t bytes) {
-            auto h = std::make_unique<HostMemory>(bytes);
-            h->set_registrable(registrable);
-            return h;
-          });
-      CHECK(fake.live_objects() == 0);
-    }
-  }
+  testing::all_to_all_three_and_four([](int world) { return devices(world); }, "mlx5_");
 }
-
-// Two connected transports, used from this thread afterwards.
-struct Pair {
-  Pair(FakeVerbs& fake, std::chrono::milliseconds timeout = 10s, VerbsOptions o = {}) {
-    for (int r = 0; r < 2; ++r) heaps.push_back(std::make_unique<HostMemory>(4 << 20));
-    LocalAllGather ag(2, 10s);
-    t.resize(2);
-    const auto errors = run_ranks(2, [&](int rank) {
-      t[rank] = make_verbs_transport(fake.api(), on_device(rank, o));
-      t[rank]->connect(params(rank, 2, ag, timeout), *heaps[rank]);
-    });
-    REQUIRE(errors[0] == "");
-    REQUIRE(errors[1] == "");
-  }
-  std::vector<std::unique_ptr<HostMemory>> heaps;
-  std::vector<std::unique_ptr<Transport>> t;
-};
 
 TEST_CASE("verbs: a failed completion names the status, the peer and its address") {
   FakeVerbs fake(devices(2));
   Pair pair(fake);
-  Receiver rx(*pair.t[0], *pair.heaps[0], 2);
   fake.fail_next_write(IBV_WC_REM_ACCESS_ERR);
   REQUIRE(pair.t[0]->send(1, {0, 4096, 1}, 0, 1));
-  const std::string e = error_of([&] {
-    poll_until(
-        rx, [] { return false; }, 5s);
-  });
+  const std::string e = testing::poll_error(*pair.t[0], *pair.heaps[0], 5s);
   CHECK(contains(e, "verbs: rank 0: rank 1 at " + pair.t[0]->peer_address(1)));
   CHECK(contains(pair.t[0]->peer_address(1), "mlx5_1:1 lid 0x21 qpn 0x"));
   CHECK(contains(e,
@@ -346,12 +189,8 @@ TEST_CASE("verbs: a peer that disappears is an error naming it") {
   Pair pair(fake);
   // Its process died: its queue pairs are gone.
   pair.t[1].reset();
-  Receiver rx(*pair.t[0], *pair.heaps[0], 2);
   REQUIRE(pair.t[0]->send(1, {0, 8, 1}, 0, 1));
-  const std::string e = error_of([&] {
-    poll_until(
-        rx, [] { return false; }, 5s);
-  });
+  const std::string e = testing::poll_error(*pair.t[0], *pair.heaps[0], 5s);
   CHECK(contains(e, "verbs: rank 0: rank 1 at mlx5_1:1"));
   CHECK(contains(e, "IBV_WC_RETRY_EXC_ERR"));
   CHECK(contains(e, "its process exited, or the path to it is down"));
@@ -361,12 +200,8 @@ TEST_CASE("verbs: writes that never complete time out, naming the peer") {
   FakeVerbs fake(devices(2));
   Pair pair(fake, 300ms);
   fake.hold_writes();
-  Receiver rx(*pair.t[0], *pair.heaps[0], 2);
   REQUIRE(pair.t[0]->send(1, {0, 8, 1}, 0, 1));
-  const std::string e = error_of([&] {
-    poll_until(
-        rx, [] { return false; }, 10s);
-  });
+  const std::string e = testing::poll_error(*pair.t[0], *pair.heaps[0], 10s);
   CHECK(contains(e, "verbs: rank 0: rank 1 at mlx5_1:1"));
   CHECK(contains(e, "no completion came within 0.3 s for a write to it"));
 }
@@ -376,14 +211,11 @@ TEST_CASE("verbs: a peer that takes nothing holds the sender at its credits, the
   VerbsOptions o;
   o.mailbox_slots = 4;
   Pair pair(fake, 300ms, o);
-  Receiver rx(*pair.t[0], *pair.heaps[0], 2);
   // Rank 1 never polls: after 4 fragments rank 0 has no mailbox slot left.
   for (int i = 0; i < 6; ++i) REQUIRE(pair.t[0]->send(1, {0, 8, 1}, 0, static_cast<uint64_t>(i)));
-  const std::string e = error_of([&] {
-    poll_until(
-        rx, [] { return false; }, 10s);
-  });
-  CHECK(rx.sent.size() == 4);
+  size_t sent = 0;
+  const std::string e = testing::poll_error(*pair.t[0], *pair.heaps[0], 10s, &sent);
+  CHECK(sent == 4);
   CHECK(contains(e, "verbs: rank 0: rank 1 at mlx5_1:1"));
   CHECK(contains(e, "took none of this rank's messages for 0.3 s (4 fragments sent, 0 taken)"));
 }
