@@ -379,7 +379,8 @@ class Deriver {
               p_.crosses_node(writer.rank, wb.rank))
             unordered_remote_writes(x, w, wb);
           producers->push_back(x);
-          if (writer.rank == wb.rank && !forward_[writer.op] && contains(wb, *a.box))
+          if ((writer.rank == wb.rank || !a.write) && !forward_[writer.op] &&
+              (contains(wb, *a.box) || covered_by(idx, h, writer, wb, *a.box)))
             superseded->push_back({idx, h});
         });
       }
@@ -467,6 +468,34 @@ class Deriver {
         placed(x), wb.rank, p_.source->ops[p_.tasks[x].op].name));
   }
 
+  // Whether the writes of `writer`'s operation on its rank that waited for frontier access h
+  // (of index idx, box `accessed`) now cover all of it, with `wb`, writer's box, counted in: a
+  // reader of a whole ring slot is overwritten chunk by chunk, each chunk's writer waiting for it,
+  // and no single chunk contains it. Once they do, every later writer of those elements waits for
+  // one of these writes (they are on the frontier), which waited for the access, so it leaves the
+  // frontier: without that a slot's readers piled up, one more per lap of the ring, and the
+  // credits of a ring's R steps grew as R^2. Only the parts disjoint from those already counted
+  // count (two writes of one operation to one element are ordered, not both new coverage); a write
+  // of another operation or rank starts the count again.
+  bool covered_by(LiveSpanIndex<Access>* idx, size_t h, const Task& writer, const Box& wb,
+                  const Box& accessed) {
+    Coverage& c = coverage_[{idx, h}];
+    if (c.op != writer.op || c.rank != writer.rank) c = Coverage{writer.op, writer.rank, 0, {}};
+    Box part = wb;
+    for (size_t d = 0; d < part.lo.size(); ++d) {
+      part.lo[d] = std::max(wb.lo[d], accessed.lo[d]);
+      part.hi[d] = std::min(wb.hi[d], accessed.hi[d]);
+    }
+    for (const Box& q : c.parts) {
+      if (q.overlaps(part)) return false;
+    }
+    c.covered += part.elements();
+    c.parts.push_back(std::move(part));
+    if (c.covered < accessed.elements()) return false;
+    coverage_.erase({idx, h});
+    return true;
+  }
+
   static bool contains(const Box& outer, const Box& inner) {
     for (size_t d = 0; d < outer.lo.size(); ++d) {
       if (inner.lo[d] < outer.lo[d] || inner.hi[d] > outer.hi[d]) return false;
@@ -500,6 +529,14 @@ class Deriver {
   std::map<std::pair<int, int>, std::vector<std::pair<int, LiveSpanIndex<Access>*>>> parts_;
   std::vector<std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>> own_;  // task -> its entries
   std::vector<char> forward_;  // operation -> waits (transitively) for a later one
+  // Frontier accesses partly overwritten by the writes of one operation on one rank, each of
+  // which waited for them (covered_by).
+  struct Coverage {
+    int op = -1, rank = -1;
+    int64_t covered = 0;
+    std::vector<Box> parts;
+  };
+  std::map<std::pair<const void*, size_t>, Coverage> coverage_;
   std::map<int, int> fences_;
   std::map<int, int> ends_;
   std::set<std::pair<int, int>> awaited_on_;  // (producer task, rank of some task waiting for it)

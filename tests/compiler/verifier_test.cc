@@ -244,6 +244,28 @@ TEST_CASE("dependencies alone: a ring step's tile waits once for its block's chu
   CHECK(tiles == 3 * 2 * 2);  // ranks x batch x heads (one query tile each)
 }
 
+TEST_CASE("dependencies alone: a ring's credits do not pile up, a chunk's waits flat in the step") {
+  // Each step's chunk overwrites a slot of the next rank that every earlier lap's readers read
+  // whole; the chunks of one step cover those reads together, none alone. Were readers retired
+  // only by a write containing them, step s's chunks waited for s readers (R^2 waits a rank).
+  auto c = sample("ring_attention", 8, {{"B", 1}, {"H", 1}, {"S", 2048}, {"D", 16}});
+  Plan p = lower(c->checked[0]);
+  derive_dependencies(p);
+  INFO(summary(p));
+  std::map<int, size_t> most;  // step -> the most waits of one of its chunks on rank 0
+  for (const Task& t : p.tasks) {
+    if (t.rank != 0 || t.label.rfind("kv[", 0) != 0) continue;
+    const int step = std::stoi(t.label.substr(3));
+    most[step] = std::max(most[step], t.waits.size());
+  }
+  REQUIRE(most.size() == 7);  // steps 0 .. R - 2
+  for (const auto& [step, waits] : most) {
+    CAPTURE(step);
+    CHECK(waits <= most[1]);
+  }
+  CHECK(most[6] <= 6);
+}
+
 // ---- each check, triggered
 // -----------------------------------------------------------------------
 
