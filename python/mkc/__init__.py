@@ -10,6 +10,8 @@ docs/PYTHON.md says what is built and what is not yet.
 """
 from ._errors import MkcError, ScheduleError, TensorError
 from ._kernel import Kernel, TensorSpec, compile
+from ._symmetric import SymmetricArray
 
 __version__ = "0.1.0"
-__all__ = ["compile", "Kernel", "TensorSpec", "MkcError", "ScheduleError", "TensorError"]
+__all__ = ["compile", "Kernel", "TensorSpec", "SymmetricArray", "MkcError", "ScheduleError",
+           "TensorError"]

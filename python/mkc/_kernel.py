@@ -5,7 +5,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from . import _lib, _tensors
+from . import _lib, _symmetric, _tensors
 from ._errors import MkcError, ScheduleError
 
 
@@ -223,6 +223,16 @@ class Kernel:
         self._call(lib.mkc_data, self._gpu(), name.encode(), self.rank if rank is None else rank,
                    ctypes.byref(out), what=f"data {name}")
         return out.value or 0
+
+    def symmetric(self, name, rank=None):
+        """Rank `rank`'s (default this process's) symmetric tensor `name` where the kernel keeps
+        it, mkc's heap, as a framework tensor (mkc/_symmetric.py): fill it before a launch and
+        read it after, in place; peers see it. It keeps this kernel alive."""
+        spec = self.spec(name)
+        rank = self.rank if rank is None else rank
+        _symmetric.require_symmetric(spec)
+        return _symmetric.to_framework(
+            _symmetric.SymmetricArray(spec, self.data_ptr(name, rank), self, rank))
 
     def close(self):
         if self._handle is not None:

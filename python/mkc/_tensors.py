@@ -92,7 +92,8 @@ def describe(obj, name):
     if cai is not None:
         shape = tuple(cai["shape"])
         typestr = cai["typestr"]
-        dtype = _TYPESTRS.get(typestr, f"typestr {typestr!r}")
+        # mkc's own arrays (Kernel.symmetric) say their type where the interface has no name.
+        dtype = getattr(obj, "mkc_dtype", None) or _TYPESTRS.get(typestr, f"typestr {typestr!r}")
         strides = cai.get("strides")
         if strides is not None:
             itemsize = int(typestr[2:]) if typestr[2:].isdigit() else 1

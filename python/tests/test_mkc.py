@@ -158,6 +158,39 @@ class TensorTest(unittest.TestCase):
         self.assertIn("X, H, Y, G", str(cm.exception))
 
 
+class SymmetricTest(unittest.TestCase):
+    """Kernel.symmetric's array, at an address nobody reads (the GPU part waits for a GPU)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.k = mkc.compile(GEMM_AR, ranks=2, M=256, N=1024, K=512)
+
+    def test_a_symmetric_tensor_as_an_array_interface(self):
+        spec = self.k.tensors["C"]
+        self.assertTrue(spec.symmetric)
+        a = mkc.SymmetricArray(spec, 0x7f0000001000, self.k, 1)
+        cai = a.__cuda_array_interface__
+        self.assertEqual(cai["shape"], (256, 1024))
+        self.assertEqual(cai["typestr"], "<i2")  # bf16 has no typestr: 16-bit integers
+        self.assertEqual(cai["data"], (0x7f0000001000, False))
+        self.assertEqual(cai["version"], 3)
+        self.assertEqual(a.mkc_dtype, "bf16")
+        self.assertIs(a.owner, self.k)  # the heap lives while the array does
+        self.assertIn("C of rank 1: bf16[256, 1024]", repr(a))
+        # Handed back to the kernel, it is the schedule's C: the checks read mkc_dtype.
+        self.assertEqual(self.k.check("C", a), 0x7f0000001000)
+
+    def test_only_symmetric_tensors_are_handed_out(self):
+        with self.assertRaises(mkc.TensorError) as cm:
+            self.k.symmetric("A")
+        self.assertEqual(cm.exception.tensor, "A")
+        self.assertIn("not symmetric", str(cm.exception))
+        with self.assertRaises(KeyError):
+            self.k.symmetric("Z")
+        with self.assertRaises(mkc.TensorError):
+            mkc.SymmetricArray(self.k.tensors["C"], 0, self.k, 0)  # no memory for that rank
+
+
 class LibraryTest(unittest.TestCase):
     def run_python(self, code, **env):
         return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
