@@ -33,6 +33,15 @@ Lowerer::Lowerer(const compiler::CheckedSchedule& s, const LowerOptions& o) : s_
   plan_.ranks = s.ranks;
   plan_.ranks_per_node = s.ranks_per_node;
   plan_.source = &s;
+  if (!o.ranks.empty()) {
+    lowered_.assign(static_cast<size_t>(s.ranks), 0);
+    for (const int64_t r : o.ranks) {
+      if (r < 0 || r >= s.ranks) {
+        throw InternalError(fmt::format("lowering rank {} of a world of {}", r, s.ranks));
+      }
+      lowered_[static_cast<size_t>(r)] = 1;
+    }
+  }
   for (size_t i = 0; i < s.tensors.size(); ++i) {
     const compiler::Tensor& t = s.tensors[i];
     static const char* kOrigin[] = {"input", "output", "scratch"};
@@ -73,6 +82,9 @@ std::string Lowerer::name_of(const compiler::OpInstance& op) const {
 }
 
 void Lowerer::emit(Task t) {
+  // Another rank's task, when only some are lowered: the loops skip most of them before they
+  // are built; this drops the rest.
+  if (!lowered(t.rank)) return;
   if (rank_tasks_.empty()) rank_tasks_.assign(R(), 0);
   if (++rank_tasks_[t.rank] > opts_.max_tasks_per_rank)
     over_budget(t.rank, static_cast<double>(rank_tasks_[t.rank]));

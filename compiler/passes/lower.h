@@ -42,6 +42,11 @@ struct LowerOptions {
     int64_t split_k = 1;
   };
   std::shared_ptr<const std::map<std::string, Tuned>> tuned;
+  // Lower only these ranks' tasks (ascending; empty: every rank's), each exactly as the whole
+  // world's lowering makes it, in the same order: a rank's part of the plan without the others'
+  // (issue 35, per-rank planning; tests/compiler/rank_plan_test.cc holds it to that). Buffers and
+  // decisions are the whole world's. The budgets count the lowered ranks' tasks only.
+  std::vector<int64_t> ranks;
 };
 
 Plan lower(const compiler::CheckedSchedule& schedule, const LowerOptions& options = {});

@@ -282,12 +282,14 @@ void Lowerer::lower_put(int i) {
   const auto chunks = chunk_grid(
       x.shape, chunk_sizes(op, x.shape, compiler::dtype_bytes(s_.tensors[x.tensor].dtype)));
   for (int64_t s = 0; s < R(); ++s) {
+    if (!lowered(s)) continue;
     const int64_t d = op.kind == OpKind::kShift ? (((s + op.ints.at("by")) % R()) + R()) % R()
                                                 : eval_peer(op.outputs[0].peer, s, s_);
     for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
-      emit(send(i, s, view(x, s), view(op.outputs[0], d), chunks[c].first, chunks[c].second,
-                fmt::format("{}.chunk({}).to({})", name_of(op), c, d)));
-      plan_.tasks.back().group = c;
+      Task t = send(i, s, view(x, s), view(op.outputs[0], d), chunks[c].first, chunks[c].second,
+                    fmt::format("{}.chunk({}).to({})", name_of(op), c, d));
+      t.group = c;
+      emit(std::move(t));
     }
   }
 }

@@ -116,6 +116,7 @@ void Lowerer::lower_gemm(int i) {
       parts > 1 ? add_buffer(name_of(op) + ".partials", compiler::DType::kF32, {parts, M, N}, false)
                 : -1;
   for (int64_t r = 0; r < R(); ++r) {
+    if (!lowered(r)) continue;
     const int64_t start =
         op.has_rows_from ? ((compiler::evaluate(op.rows_from, r, s_) % mb) + mb) % mb : 0;
     // Tiles in groups of kGroup row blocks, column by column within a group: the CTAs that run
@@ -210,6 +211,7 @@ void Lowerer::lower_grouped_gemm(int i) {
                   op.tile.empty() ? "default tile; " : "", items / cdiv(N, bn), cdiv(N, bn))});
   const int counts = op.tensor_args.at("counts");
   for (int64_t r = 0; r < R(); ++r) {
+    if (!lowered(r)) continue;
     for (int64_t w = 0; w < workers; ++w) {
       Task t = task(i, r, TaskKind::kGroupedGemmTile, fmt::format("{}.worker({})", name_of(op), w));
       const View x = view(op.inputs[0], r), wv = view(op.inputs[1], r), y = view(op.outputs[0], r),
@@ -254,6 +256,7 @@ void Lowerer::lower_rows(int i) {
   if (!op.tile.empty()) {
     const int64_t rows_per = op.tile[0];
     for (int64_t r = 0; r < R(); ++r) {
+      if (!lowered(r)) continue;
       for (int64_t r0 = 0; r0 < shape[0]; r0 += rows_per) {
         const int64_t r1 = std::min(shape[0], r0 + rows_per);
         Task t = task(i, r, is_map ? TaskKind::kMapTile : TaskKind::kCopy,
@@ -281,6 +284,7 @@ void Lowerer::lower_rows(int i) {
   for (size_t d = k + 1; d < shape.size(); ++d) sizes[d] = shape[d];
   const auto blocks = chunk_grid(shape, sizes);
   for (int64_t r = 0; r < R(); ++r) {
+    if (!lowered(r)) continue;
     for (size_t c = 0; c < blocks.size(); ++c) {
       // Named, not a structured binding: clang 14 (tools/fuzz.sh) cannot capture those.
       const auto& lo = blocks[c].first;
@@ -316,6 +320,7 @@ void Lowerer::lower_reduce(int i) {
   const int64_t per = op.tile.empty() ? 4096 : product(op.tile);
   const int64_t rows_per = std::max<int64_t>(1, per / std::max<int64_t>(1, row));
   for (int64_t r = 0; r < R(); ++r) {
+    if (!lowered(r)) continue;
     for (int64_t r0 = 0; r0 < rows; r0 += rows_per) {
       const int64_t r1 = std::min(rows, r0 + rows_per);
       Task t =
@@ -428,6 +433,7 @@ void Lowerer::lower_attention(int i) {
     return box(v, lo, hi);
   };
   for (int64_t r = 0; r < R(); ++r) {
+    if (!lowered(r)) continue;
     const View qv = view(q, r), kv = view(op.inputs[1], r), vv = view(op.inputs[2], r),
                ov = view(op.outputs[0], r);
     const int64_t tiles = (Sq + bq - 1) / bq;

@@ -44,6 +44,8 @@ class Lowerer {
 
  private:
   int64_t R() const { return s_.ranks; }
+  // Whether rank r's tasks are lowered (LowerOptions::ranks).
+  bool lowered(int64_t r) const { return lowered_.empty() || lowered_[r]; }
   Task task(int op, int64_t rank, TaskKind kind, std::string label) const;
   // Appends a task to the plan, within the budget of LowerOptions::max_tasks_per_rank (a located
   // UserError naming the operation being lowered past it).
@@ -103,6 +105,7 @@ class Lowerer {
   int current_op_ = -1;                             // the operation being lowered
   std::vector<int64_t> rank_tasks_;                 // tasks per rank so far
   int64_t entries_ = 0;                             // views and boxes of all tasks so far
+  std::vector<char> lowered_;                       // rank -> lowered (empty: every rank)
 };
 
 // abi::ReduceOp of a reduction's name.

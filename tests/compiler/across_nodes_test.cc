@@ -8,25 +8,18 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "compiler/verify_schedule.h"
 #include "dsl/source.h"
+#include "tests/compiler/small_shapes.h"
 
 namespace mkc::compiler {
 namespace {
 
 std::map<std::string, std::map<std::string, int64_t>> shapes() {
-  std::ifstream in("samples/small_shapes.json");
-  REQUIRE(in.good());
-  const nlohmann::json j = nlohmann::json::parse(in);
-  std::map<std::string, std::map<std::string, int64_t>> out;
-  for (const auto& [name, defines] : j.at("shapes").items()) {
-    for (const auto& [k, v] : defines.items()) out[name][k] = v.get<int64_t>();
-  }
+  auto out = testing::small_shapes();
   // One 128 x 128 tile per GEMM, a quarter of the sequence per attention: the edges between
   // nodes are the same kinds, the interpreter's arithmetic a tenth.
   for (const char* gemm : {"allgather_gemm", "gemm", "gemm_allreduce", "gemm_reducescatter"}) {

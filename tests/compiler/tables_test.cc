@@ -24,6 +24,7 @@
 #include "dsl/parser.h"
 #include "jit/jit.h"
 #include "support/error.h"
+#include "tests/compiler/small_shapes.h"
 
 namespace mkc {
 namespace {
@@ -175,19 +176,8 @@ void compare_tables(const std::string& what, const codegen::Generated& src,
   }
 }
 
-std::map<std::string, std::map<std::string, int64_t>> small_shapes() {
-  std::ifstream in("samples/small_shapes.json");
-  REQUIRE(in);
-  const nlohmann::json j = nlohmann::json::parse(in);
-  std::map<std::string, std::map<std::string, int64_t>> out;
-  for (const auto& [sample, values] : j.at("shapes").items()) {
-    for (const auto& [name, v] : values.items()) out[sample][name] = v.get<int64_t>();
-  }
-  return out;
-}
-
 TEST_CASE("tables as data hold the numbers the constant tables spell, for every sample") {
-  const auto shapes = small_shapes();
+  const auto shapes = mkc::testing::small_shapes();
   int compared = 0;
   for (const auto& entry : std::filesystem::directory_iterator("samples")) {
     if (entry.path().extension() != ".mks") continue;
