@@ -375,8 +375,10 @@ class Deriver {
           // (every live access is: tasks go live once processed, in task order). If the earlier
           // task waits for the writer's operation, it reads the new data, not the old.
           if (other.op != writer.op && op_reach_[other.op][writer.op]) return;
+          // (Where the rank written has no tasks in this plan, the tasks that could order the
+          // landings are missing: its own plan checks it.)
           if (a.write && p_.crosses_node(other.rank, wb.rank) &&
-              p_.crosses_node(writer.rank, wb.rank))
+              p_.crosses_node(writer.rank, wb.rank) && p_.has_tasks_of(wb.rank))
             unordered_remote_writes(x, w, wb);
           producers->push_back(x);
           if ((writer.rank == wb.rank || !a.write) && !forward_[writer.op] &&

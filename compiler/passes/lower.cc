@@ -41,6 +41,7 @@ Lowerer::Lowerer(const compiler::CheckedSchedule& s, const LowerOptions& o) : s_
       }
       lowered_[static_cast<size_t>(r)] = 1;
     }
+    plan_.lowered = lowered_;
   }
   for (size_t i = 0; i < s.tensors.size(); ++i) {
     const compiler::Tensor& t = s.tensors[i];
@@ -84,7 +85,7 @@ std::string Lowerer::name_of(const compiler::OpInstance& op) const {
 void Lowerer::emit(Task t) {
   // Another rank's task, when only some are lowered: the loops skip most of them before they
   // are built; this drops the rest.
-  if (!lowered(t.rank)) return;
+  if (!lowered(t.rank) && t.op >= 0) return;
   if (rank_tasks_.empty()) rank_tasks_.assign(R(), 0);
   if (++rank_tasks_[t.rank] > opts_.max_tasks_per_rank)
     over_budget(t.rank, static_cast<double>(rank_tasks_[t.rank]));

@@ -183,6 +183,11 @@ struct Plan {
   std::vector<std::vector<std::vector<int>>> cta_tasks;  // [rank][cta] -> task ids in order
   std::vector<Decision> decisions;
   const compiler::CheckedSchedule* source = nullptr;
+  // Ranks whose tasks were lowered (LowerOptions::ranks), by rank; empty: every rank's. A plan of
+  // some ranks is exact for the ranks whose neighbours' neighbours are all in it
+  // (tests/compiler/rank_plan_test.cc); checks about the others' memory are left to theirs.
+  std::vector<char> lowered;
+  bool has_tasks_of(int64_t rank) const { return lowered.empty() || lowered[rank]; }
 
   // Ranks per node (the world size on one node).
   int64_t per_node() const { return ranks_per_node > 0 ? ranks_per_node : ranks; }
