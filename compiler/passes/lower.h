@@ -44,8 +44,10 @@ struct LowerOptions {
   std::shared_ptr<const std::map<std::string, Tuned>> tuned;
   // Lower only these ranks' tasks (ascending; empty: every rank's), each exactly as the whole
   // world's lowering makes it, in the same order: a rank's part of the plan without the others'
-  // (issue 35, per-rank planning; tests/compiler/rank_plan_test.cc holds it to that). Buffers and
-  // decisions are the whole world's. The budgets count the lowered ranks' tasks only.
+  // (issue 35, per-rank planning; tests/compiler/rank_plan_test.cc holds it to that). Every
+  // rank's launch fence and end stay (the dependency pass orders writes into a rank after its
+  // fence); buffers and decisions are the whole world's; Plan::lowered says whose tasks are
+  // there. The budgets count the lowered ranks' tasks only.
   std::vector<int64_t> ranks;
 };
 
