@@ -104,8 +104,8 @@ bool SrdTransport::post_fragment(Peer& p, size_t index, Completion* out, size_t&
   if (p.msg_seq - p.released >= m) return false;
   Sent& r = p.sent[p.msg_seq % m];
   if (r.header_in_flight) return false;
-  // Room for the reads of the peer's fragments and a credit message stays free.
-  if (p.sq_used + 1 > sq_depth_ - static_cast<int>(m) - 1) return false;
+  // Headers and reads are at most m each (records, window): a credit and a goodbye keep room.
+  if (p.sq_used + 1 > sq_depth_ - 2) return false;
   if (staged && p.stage_used - p.stage_freed >= s) return false;
   if (last && staged_mode && n >= max) return false;
 
@@ -128,7 +128,7 @@ bool SrdTransport::post_fragment(Peer& p, size_t index, Completion* out, size_t&
     h.src_addr = dev_.heap_base + static_cast<uint64_t>(msg.src_offset + p.posted_bytes);
     h.src_rkey = dev_.heap_mr->rkey;
   }
-  post_ctl(p, wr_id(kHeaderWr, index, p.msg_seq), &h, "a fragment header");
+  post_ctl(p, wr_id(kHeaderWr, index, p.msg_seq % m), &h, "a fragment header");
   r = Sent{};
   r.cookie = msg.cookie;
   r.posted = now;
@@ -202,7 +202,7 @@ void SrdTransport::issue_reads(Peer& p, size_t index, Clock::time_point now) {
       local = in.stage;
       lkey = dev_.stage_mr->lkey;
     }
-    post_read(p, wr_id(kReadWr, index, p.read_seq), local, lkey, c);
+    post_read(p, wr_id(kReadWr, index, p.read_seq % m), local, lkey, c);
     in.read_posted = true;
     in.posted = now;
     ++p.read_seq;
@@ -248,7 +248,8 @@ void SrdTransport::hand_out(Peer& p, Completion* out, size_t& n, size_t max) {
 // since its sources wait for it (a peer that stops polling after its last message must still
 // free this rank's).
 void SrdTransport::return_credits(Peer& p, size_t index) {
-  if (p.credit_in_flight || p.departed || p.freed == p.credit_sent) return;
+  // Also after the peer's goodbye: it waits for this last count before it lets go of its memory.
+  if (p.credit_in_flight || p.freed == p.credit_sent) return;
   if (p.sq_used >= sq_depth_) return;
   *p.credit = Ctl{};
   p.credit->flags = kCredit;
@@ -314,6 +315,11 @@ size_t SrdTransport::poll(Completion* out, size_t max) {
                             q, in.ctl.bytes, timeout_.count() / 1e3));
       }
     }
+    if (p.bye_seen && p.released == p.taken && p.taken < p.msg_seq) {
+      fail(p, fmt::format("said goodbye before taking {} of this rank's fragments (their "
+                          "messages are lost)",
+                          p.msg_seq - p.taken));
+    }
     if (p.blocked && now - p.blocked_since > timeout_) {
       fail(p, fmt::format("took none of this rank's messages for {:.1f} s ({} fragments sent, "
                           "{} taken): its proxy is stuck or gone",
@@ -331,38 +337,38 @@ void SrdTransport::on_completion(const ibv_wc& wc) {
   }
   Peer& p = peers_[index];
   const WrKind kind = wr_kind(wc.wr_id);
-  const uint64_t seq = wr_seq(wc.wr_id);
+  // Headers and reads carry their window slot (seq % m), not their sequence number, which the
+  // id would cut to 40 bits.
   const uint64_t m = static_cast<uint64_t>(options_.mailbox_slots);
+  const uint64_t slot = wr_seq(wc.wr_id) % m;
   if (kind != kRecvWr) --p.sq_used;
   if (wc.status != IBV_WC_SUCCESS) {
     // Credits racing the peer's goodbye find its queue pair gone: no harm done.
-    if (kind == kCreditWr && p.departed) {
+    if (kind == kCreditWr && (p.departed || p.bye_seen)) {
       p.credit_in_flight = false;
       return;
     }
-    const std::string what = kind == kRecvWr     ? std::string("a receive")
-                             : kind == kCreditWr ? std::string("a credit message to it")
-                             : kind == kReadWr
-                                 ? fmt::format("an RDMA read of its fragment {}", seq)
-                                 : fmt::format("the header of fragment {} to it", seq);
+    const std::string what =
+        kind == kRecvWr     ? std::string("a receive")
+        : kind == kCreditWr ? std::string("a credit message to it")
+        : kind == kReadWr   ? fmt::format("an RDMA read of its fragment {}", p.window[slot].ctl.seq)
+                            : fmt::format("the header of fragment {} to it", p.headers[slot].seq);
     fail(p, fmt::format("{} failed: {} (vendor error {:#x})", what,
                         describe_wc_status(api_, wc.status), wc.vendor_err));
   }
   switch (kind) {
     case kHeaderWr:
-      // Completions come in any order: the sequence number says which header's buffer is free.
-      p.sent[seq % m].header_in_flight = false;
+      // Completions come in any order: the slot says which header's buffer is free.
+      p.sent[slot].header_in_flight = false;
       return;
     case kCreditWr:
       p.credit_in_flight = false;
       return;
     case kReadWr: {
-      Incoming& in = p.window[seq % m];
-      if (!in.read_posted || in.ctl.seq != seq) {
-        throw InternalError(
-            fmt::format("verbs (srd): a read of fragment {} completed that was "
-                        "not in flight",
-                        seq));
+      Incoming& in = p.window[slot];
+      if (!in.read_posted || in.read_done) {
+        throw InternalError(fmt::format(
+            "verbs (srd): a read into window slot {} completed that was not in flight", slot));
       }
       in.read_done = true;
       return;
@@ -406,10 +412,16 @@ void SrdTransport::on_control(Peer& p, size_t index, const ibv_wc& wc) {
                         "message)",
                         c.seq, p.recv_seq, p.recv_seq + m - 1));
   }
-  if (!(c.flags & kBye) &&
-      (c.bytes < 0 || c.event < -1 || !in_range(c.dst_offset, c.bytes, heap_->size()) ||
-       (!dev_.direct && c.bytes > static_cast<int64_t>(options_.chunk_bytes)) ||
-       c.bytes > max_fragment_)) {
+  if (c.flags & kBye) {
+    // It carries the peer's last count of this rank's fragments it took: it takes no more.
+    if (c.bytes != 0 || c.taken > p.msg_seq)
+      fail(p, fmt::format("sent a bad goodbye ({} bytes, {} fragments taken of {})", c.bytes,
+                          c.taken, p.msg_seq));
+    p.taken = std::max(p.taken, c.taken);
+    p.bye_seen = true;
+  } else if (c.bytes < 0 || c.event < -1 || !in_range(c.dst_offset, c.bytes, heap_->size()) ||
+             (!dev_.direct && c.bytes > static_cast<int64_t>(options_.chunk_bytes)) ||
+             c.bytes > max_fragment_) {
     fail(p, fmt::format("sent a bad header ({} bytes at heap offset {} of {}, event {})", c.bytes,
                         c.dst_offset, heap_->size(), c.event));
   }
@@ -442,9 +454,10 @@ void SrdTransport::close() {
       h.seq = p.msg_seq;
       h.flags = kBye;
       h.event = -1;
+      h.taken = p.freed;
       h.magic = kCtlMagic;
       try {
-        post_ctl(p, wr_id(kHeaderWr, i, p.msg_seq), &h, "the goodbye");
+        post_ctl(p, wr_id(kHeaderWr, i, p.msg_seq % m), &h, "the goodbye");
       } catch (const TransportError&) {
         continue;
       }
@@ -453,10 +466,15 @@ void SrdTransport::close() {
       bye[i] = p.msg_seq;
       ++p.msg_seq;
     }
+    // The peers read this rank's memory (SRD pulls): it stays registered until each has taken
+    // every fragment before the goodbye (its credits), or for at most 200 ms. Meanwhile
+    // completions and credits are handled as in poll(), and this rank's own last counts go out.
     const auto deadline = Clock::now() + std::chrono::milliseconds(200);
     const auto waiting = [&] {
       for (size_t i = 0; i < peers_.size(); ++i) {
-        if (bye[i] != ~uint64_t{0} && peers_[i].sent[bye[i] % m].header_in_flight) return true;
+        const Peer& p = peers_[i];
+        if (bye[i] == ~uint64_t{0}) continue;
+        if (p.sent[bye[i] % m].header_in_flight || p.taken < bye[i]) return true;
       }
       return false;
     };
@@ -466,9 +484,18 @@ void SrdTransport::close() {
       for (int k = 0; k < got; ++k) {
         const ibv_wc& wc = wcs_[static_cast<size_t>(k)];
         const size_t i = wr_peer(wc.wr_id);
-        if (i >= peers_.size() || wr_kind(wc.wr_id) != kHeaderWr) continue;
-        // Delivered or not (a peer that is gone gets no goodbye): stop waiting for it.
-        peers_[i].sent[wr_seq(wc.wr_id) % m].header_in_flight = false;
+        if (i >= peers_.size()) continue;
+        try {
+          on_completion(wc);
+        } catch (const std::exception&) {
+          bye[i] = ~uint64_t{0};  // a peer that is gone gets no goodbye: stop waiting for it
+        }
+      }
+      for (size_t i = 0; i < peers_.size(); ++i) {
+        try {
+          return_credits(peers_[i], i);
+        } catch (const std::exception&) {
+        }
       }
       if (got == 0) std::this_thread::yield();
     }

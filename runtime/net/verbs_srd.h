@@ -75,7 +75,8 @@ class SrdTransport final : public Transport {
     ibv_ah* ah = nullptr;
     uint32_t remote_qpn = 0;
     bool remote_direct = false;  // its heap is registered: it reads whole fragments into it
-    bool departed = false;
+    bool departed = false;       // its goodbye was handed out
+    bool bye_seen = false;       // its goodbye arrived (perhaps ahead of its last fragments)
     int sq_used = 0;
 
     Ctl* inbox = nullptr;        // posted receive buffers

@@ -248,6 +248,23 @@ TEST_CASE("srd: a goodbye is not a failure; sending to the rank that said it is 
   CHECK(fake.live_objects() == 0);
 }
 
+TEST_CASE("srd: a goodbye before the peer took this rank's fragments is an error, not a wait") {
+  // SRD pulls: a sent message is done only when the peer has read it. A peer that stops without
+  // reading says how many it took in its goodbye; the rest are named lost at once.
+  FakeVerbs fake(efa_devices(2));
+  Pair pair(fake, 10s, {}, "efa_");
+  REQUIRE(pair.t[0]->send(1, {0, 8, 1}, 0, 1));
+  REQUIRE(pair.t[0]->send(1, {64, 8, 1}, 64, 2));
+  Receiver rx0(*pair.t[0], *pair.heaps[0], 2);
+  for (int i = 0; i < 5; ++i) rx0.poll();  // the headers go out; rank 1 never polls
+  pair.t[1]->close();
+  const std::string e = testing::poll_error(*pair.t[0], *pair.heaps[0], 5s);
+  CHECK(contains(e, "verbs (srd): rank 0: rank 1 at efa_1:1"));
+  CHECK(contains(e, "said goodbye before taking 2 of this rank's fragments"));
+  pair.t[0]->close();
+  CHECK(fake.live_objects() == 0);
+}
+
 TEST_CASE("srd: a failing call is named, with its errno, and releases what was made") {
   struct Case {
     const char* call;
