@@ -86,7 +86,7 @@ bool SrdTransport::post_fragment(Peer& p, size_t index, Completion* out, size_t&
   const int64_t left = msg.header.bytes - p.posted_bytes;
   // A staging slot (this rank's, or the peer's when its heap is not registered) takes a chunk:
   // every fragment is cut to a chunk unless both heaps are registered.
-  const int64_t frag = std::min(left, dev_.direct && p.remote_direct ? max_fragment_ : chunk);
+  const int64_t frag = std::min(left, dev_.direct && p.remote_direct ? p.max_fragment : chunk);
   const bool last = frag == left;
   // Staged (this rank's heap not registered): the source is copied out now, so the message is
   // sent as soon as its last fragment is announced, as on RC; in order, empty ones too.

@@ -75,6 +75,7 @@ class SrdTransport final : public Transport {
     ibv_ah* ah = nullptr;
     uint32_t remote_qpn = 0;
     bool remote_direct = false;  // its heap is registered: it reads whole fragments into it
+    int64_t max_fragment = 0;    // the smaller of the two devices' read limits
     bool departed = false;       // its goodbye was handed out
     bool bye_seen = false;       // its goodbye arrived (perhaps ahead of its last fragments)
     int sq_used = 0;

@@ -122,6 +122,7 @@ void SrdTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
     head.staging_slots = static_cast<uint32_t>(slots);
     head.gid_index = static_cast<uint32_t>(gid_index_);
     head.direct = dev_.direct ? 1 : 0;
+    head.max_fragment = static_cast<uint32_t>(max_fragment_);
     std::memcpy(head.gid, gid_.raw, sizeof(head.gid));
     std::snprintf(head.device, sizeof(head.device), "%s", port_.device.c_str());
     std::vector<SrdPeer> entries;
@@ -135,6 +136,8 @@ void SrdTransport::connect(const ConnectParams& params, MemoryAccess& heap) {
           std::find_if(es.begin(), es.end(), [&](const SrdPeer& x) { return x.rank == rank_; });
       p.remote_qpn = e->qpn;
       p.remote_direct = h.direct != 0;
+      // Fragments the reader's device can read whole: ranks on different EFA generations agree.
+      p.max_fragment = std::min<int64_t>(max_fragment_, std::max<uint32_t>(h.max_fragment, 4096));
       p.address = fmt::format("{}:{} gid {} qpn {:#x}", h.device, h.port, gid_text(h.gid), e->qpn);
       if (h.mailbox_slots != static_cast<uint32_t>(m) || h.staging_slots != slots ||
           h.chunk_bytes != chunk || h.qkey != kSrdQkey) {

@@ -83,7 +83,8 @@ struct SrdHead {
   uint64_t chunk_bytes;
   uint32_t magic, version;
   int32_t rank, world;
-  uint32_t port, qkey, mailbox_slots, staging_slots, gid_index, npeers, direct, pad;
+  uint32_t port, qkey, mailbox_slots, staging_slots, gid_index, npeers, direct;
+  uint32_t max_fragment;  // the largest RDMA read the device takes (efadv max_rdma_size)
   uint8_t gid[16];
   char device[64];
 };

@@ -82,6 +82,18 @@ TEST_CASE("srd: an EFA device gets SRD queue pairs; heaps registered, messages i
   CHECK(contains(pair.t[0]->peer_address(1), "efa_1:1 gid fe80::"));
 }
 
+TEST_CASE("srd: ranks whose devices read different sizes cut fragments to the smaller") {
+  // EFA generations differ in max_rdma_size: a 16 MB message from either rank arrives in reads
+  // the smaller device takes, not refused as a bad header by the other.
+  auto devs = efa_devices(2);
+  devs[1].max_rdma_size = 1 << 20;
+  FakeVerbs fake(devs);
+  auto heaps = host_heaps(true);
+  long fragments = 0;
+  exchange_two(fake, heaps, kSizes, kHalf, {}, true, &fragments, "efa_");
+  CHECK(fragments >= 16 + 1 + static_cast<long>(kSizes.size()) - 2);
+}
+
 TEST_CASE("srd: heaps staged, mailbox and staging credits wrapping, out of order") {
   FakeVerbs fake(efa_devices(2));
   auto heaps = host_heaps(false);
