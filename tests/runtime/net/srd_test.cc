@@ -16,6 +16,7 @@ namespace mkc::rt::net {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::connect_alone;
 using testing::contains;
 using testing::DmabufMemory;
 using testing::error_of;
@@ -153,17 +154,6 @@ TEST_CASE("srd: 3 and 4 ranks all to all through their proxies, direct and stage
   testing::all_to_all_three_and_four([](int world) { return efa_devices(world); }, "efa_");
 }
 
-// Connecting rank 0 of 2 alone (its all_gather answers for rank 1 with rank 0's own blob): far
-// enough for every check before the peers meet.
-std::string connect_alone(FakeVerbs& fake, VerbsOptions o) {
-  HostMemory heap(4096);
-  ConnectParams p;
-  p.world = 2;
-  p.peers = {1};
-  p.all_gather = [](const std::string& m) { return std::vector<std::string>{m, m}; };
-  return error_of([&] { make_verbs_transport(fake.api(), o)->connect(p, heap); });
-}
-
 TEST_CASE("srd: the queue pair type is chosen per device, and refused where it cannot be") {
   {
     FakeVerbs fake(efa_devices(1));
@@ -278,26 +268,16 @@ TEST_CASE("srd: a goodbye before the peer took this rank's fragments is an error
 }
 
 TEST_CASE("srd: a failing call is named, with its errno, and releases what was made") {
-  struct Case {
-    const char* call;
-    int err;
-    const char* says;
-  };
-  const Case cases[] = {
-      {"efa_create_qp_ex", ENOMEM,
-       "verbs: efadv_create_qp_ex (rank 0, for rank 1) failed: Cannot allocate memory (ENOMEM)"},
-      {"modify_qp", EINVAL, "verbs: ibv_modify_qp (rank 0, for rank 1) to INIT failed"},
-      {"reg_mr", EFAULT, "verbs: ibv_reg_mr"},
-      {"post_recv", ENOMEM, "verbs: ibv_post_recv (rank 0, for rank 1) failed"},
-  };
-  for (const Case& c : cases) {
-    const std::string name = c.call;
-    CAPTURE(name);
-    FakeVerbs fake(efa_devices(1));
-    fake.fail_call(c.call, c.err);
-    CHECK(contains(connect_alone(fake, efa(0)), c.says));
-    CHECK(fake.live_objects() == 0);
-  }
+  testing::check_failing_calls(
+      efa_devices(1), efa(0),
+      {
+          {"efa_create_qp_ex", ENOMEM,
+           "verbs: efadv_create_qp_ex (rank 0, for rank 1) failed: Cannot allocate memory "
+           "(ENOMEM)"},
+          {"modify_qp", EINVAL, "verbs: ibv_modify_qp (rank 0, for rank 1) to INIT failed"},
+          {"reg_mr", EFAULT, "verbs: ibv_reg_mr"},
+          {"post_recv", ENOMEM, "verbs: ibv_post_recv (rank 0, for rank 1) failed"},
+      });
 }
 
 TEST_CASE("srd: an address handle refused after the exchange is named; nothing is left") {

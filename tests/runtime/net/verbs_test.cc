@@ -237,41 +237,23 @@ TEST_CASE("verbs: a goodbye is not a failure; sending to the rank that said it i
 }
 
 TEST_CASE("verbs: a failing verbs call is named, with its errno, and releases what was made") {
-  struct Case {
-    const char* call;
-    int err;
-    const char* says;
-  };
-  const Case cases[] = {
-      {"create_qp", ENOMEM,
-       "verbs: ibv_create_qp (rank 0, for rank 1) failed: Cannot allocate "
-       "memory (ENOMEM)"},
-      {"alloc_pd", EACCES,
-       "verbs: ibv_alloc_pd (rank 0, mlx5_0 port 1) failed: Permission "
-       "denied (EACCES)"},
-      {"reg_mr", EFAULT, "verbs: ibv_reg_mr"},
-      {"modify_qp", EINVAL,
-       "verbs: ibv_modify_qp (rank 0, for rank 1) to INIT failed: Invalid "
-       "argument (EINVAL)"},
-      {"create_cq", ENOMEM, "verbs: ibv_create_cq"},
-      {"post_recv", ENOMEM, "verbs: ibv_post_recv (rank 0, for rank 1) failed"},
-      {"query_gid", EINVAL, "verbs: ibv_query_gid"},
-  };
-  for (const Case& c : cases) {
-    const std::string name = c.call;
-    CAPTURE(name);
-    FakeVerbs fake(devices(1));
-    HostMemory heap(4096);
-    fake.fail_call(c.call, c.err);
-    ConnectParams p;
-    p.world = 2;
-    p.peers = {1};
-    p.all_gather = [](const std::string& m) { return std::vector<std::string>{m, m}; };
-    const std::string e =
-        error_of([&] { make_verbs_transport(fake.api(), on_device(0))->connect(p, heap); });
-    CHECK(contains(e, c.says));
-    CHECK(fake.live_objects() == 0);
-  }
+  testing::check_failing_calls(
+      devices(1), on_device(0),
+      {
+          {"create_qp", ENOMEM,
+           "verbs: ibv_create_qp (rank 0, for rank 1) failed: Cannot allocate "
+           "memory (ENOMEM)"},
+          {"alloc_pd", EACCES,
+           "verbs: ibv_alloc_pd (rank 0, mlx5_0 port 1) failed: Permission "
+           "denied (EACCES)"},
+          {"reg_mr", EFAULT, "verbs: ibv_reg_mr"},
+          {"modify_qp", EINVAL,
+           "verbs: ibv_modify_qp (rank 0, for rank 1) to INIT failed: Invalid "
+           "argument (EINVAL)"},
+          {"create_cq", ENOMEM, "verbs: ibv_create_cq"},
+          {"post_recv", ENOMEM, "verbs: ibv_post_recv (rank 0, for rank 1) failed"},
+          {"query_gid", EINVAL, "verbs: ibv_query_gid"},
+      });
 }
 
 TEST_CASE("verbs: connection details that are not a verbs transport's are named") {

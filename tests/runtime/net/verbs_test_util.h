@@ -146,6 +146,38 @@ struct Pair {
   std::vector<std::unique_ptr<Transport>> t;
 };
 
+// Connects rank 0 of 2 alone on `fake` (its all_gather answers for rank 1 with rank 0's own
+// blob): far enough for every check before the peers meet. What it threw, or "".
+inline std::string connect_alone(FakeVerbs& fake, const VerbsOptions& o) {
+  HostMemory heap(4096);
+  ConnectParams p;
+  p.world = 2;
+  p.peers = {1};
+  p.all_gather = [](const std::string& m) { return std::vector<std::string>{m, m}; };
+  return error_of([&] { make_verbs_transport(fake.api(), o)->connect(p, heap); });
+}
+
+// A verbs call made to fail while connecting, and what the error must say.
+struct FailingCall {
+  const char* call;
+  int err;
+  const char* says;
+};
+
+// Each call of `calls` failing in turn while rank 0 connects alone on a fake of `devices`: the
+// error says what it must, and nothing made before it is left.
+inline void check_failing_calls(const std::vector<FakeDevice>& devices, const VerbsOptions& o,
+                                const std::vector<FailingCall>& calls) {
+  for (const FailingCall& c : calls) {
+    const std::string name = c.call;
+    CAPTURE(name);
+    FakeVerbs fake(devices);
+    fake.fail_call(c.call, c.err);
+    CHECK(contains(connect_alone(fake, o), c.says));
+    CHECK(fake.live_objects() == 0);
+  }
+}
+
 // Rank 0's heap registered, rank 1's staged: 3 MB each way, placed by the NIC at rank 0 only.
 inline void one_registered_one_staged(FakeVerbs& fake, const char* prefix) {
   constexpr int64_t kAt = 24 << 20;
