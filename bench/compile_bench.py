@@ -14,6 +14,8 @@ Modes:
   warm   `--emit cubin` after a cold one: planning, code generation and a JIT cache hit
   verify `mkc verify` at small shapes (samples/small_shapes.json): the whole-world plan with the
          verifier after every pass, and the CPU interpreter against the reference
+cold and warm compile what `mkc run` and the API compile (the plan's tables as data, copied in at
+load); `--tables source` measures the self-contained cubin `mkc compile` writes by default.
 A compile mkc refuses (a limit it names) is a row with its one-line reason; one past --timeout
 is a row saying so. Then, per sample, a plot of time against R (text; the CSV draws with
 `python3 bench/plot.py FILE.csv -o DIR`, one figure per sample and mode, where matplotlib is).
@@ -144,6 +146,9 @@ def main():
                     help="ranks per node above this many ranks (default %(default)s)")
     ap.add_argument("--modes", default="plan,cold,warm", help="plan, cold, warm, verify (comma-separated; default %(default)s)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per compile")
+    ap.add_argument("--tables", default="data", choices=["data", "source"],
+                    help="where the plan's tables go (MKC_TABLES): data, what a run compiles "
+                         "(default), or source, what `mkc compile` writes alone")
     ap.add_argument("--csv", help="write the rows here")
     args = ap.parse_args()
 
@@ -171,6 +176,7 @@ def main():
     cache = tempfile.mkdtemp(prefix="mkc-compile-bench-cache-")
     env["MKC_CACHE_DIR"] = cache  # cold and warm are this run's own, not a stale cache's
     env.pop("MKC_DUMP_PASSES", None)
+    env["MKC_TABLES"] = args.tables
     out_dir = tempfile.mkdtemp(prefix="mkc-compile-bench-")
     fields = ["bench", "sample", "ranks", "mode", "wall_ms", "planned_ms", "peak_mb", "tasks",
               "tasks_per_rank", "status"]

@@ -11,15 +11,17 @@
 namespace mkc::compiler {
 namespace {
 
-// MKC_TABLES: where the plan's tables go (codegen::CodegenOptions::tables). Unset: the source.
-codegen::CodegenOptions::Tables tables_from_env() {
+// MKC_TABLES: where the plan's tables go (codegen::CodegenOptions::tables). Unset: `fallback`.
+codegen::CodegenOptions::Tables tables_from_env(codegen::CodegenOptions::Tables fallback) {
   const char* v = std::getenv("MKC_TABLES");
   const std::string s = v == nullptr ? "" : v;
-  if (s.empty() || s == "source") return codegen::CodegenOptions::Tables::kSource;
+  if (s.empty()) return fallback;
+  if (s == "source") return codegen::CodegenOptions::Tables::kSource;
   if (s == "data") return codegen::CodegenOptions::Tables::kData;
   throw UserError("MKC_TABLES=" + s +
-                  ": expected `source` (the plan's tables compiled into the kernel, the default) "
-                  "or `data` (declared in the kernel, copied in by the runtime)");
+                  ": expected `data` (declared in the kernel, copied in by the runtime: the "
+                  "default) or `source` (the plan's tables compiled into the kernel: a "
+                  "self-contained cubin, what `mkc compile` writes)");
 }
 
 }  // namespace
@@ -27,7 +29,8 @@ codegen::CodegenOptions::Tables tables_from_env() {
 std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile> file,
                                           const CheckOptions& options,
                                           const std::string& defines_text, bool generate,
-                                          const TunedFor& tuned) {
+                                          const TunedFor& tuned,
+                                          codegen::CodegenOptions::Tables tables) {
   auto c = std::make_unique<Compilation>();
   c->file = file;
   Stopwatch clock;
@@ -57,7 +60,7 @@ std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile>
     codegen::CodegenOptions co;
     co.file = file;
     co.defines = defines_text;
-    co.tables = tables_from_env();
+    co.tables = tables_from_env(tables);
     c->kernels.push_back(codegen::generate(p, co));
   }
   c->phases.add("codegen", clock.lap());

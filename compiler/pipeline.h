@@ -37,11 +37,14 @@ struct Compilation {
 // the result's diagnostics.
 // `tuned`, when set, gives each checked schedule the knobs `mkc tune` measured for it (by
 // operation name; the CLI looks them up in the tuning database, tune/db.h).
+// `tables`: where the plan's tables go unless MKC_TABLES says (docs/COMPILER.md, "The plan's
+// tables"): as data by default, copied into the module by whoever loads it (rt::LocalJob does);
+// `mkc compile` asks for them in the source, so the cubin it writes stands alone.
 using TunedFor =
     std::function<std::map<std::string, plan::LowerOptions::Tuned>(const CheckedSchedule&)>;
-std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile> file,
-                                          const CheckOptions& options,
-                                          const std::string& defines_text = "",
-                                          bool generate = true, const TunedFor& tuned = nullptr);
+std::unique_ptr<Compilation> compile_file(
+    std::shared_ptr<const dsl::SourceFile> file, const CheckOptions& options,
+    const std::string& defines_text = "", bool generate = true, const TunedFor& tuned = nullptr,
+    codegen::CodegenOptions::Tables tables = codegen::CodegenOptions::Tables::kData);
 
 }  // namespace mkc::compiler

@@ -30,6 +30,11 @@ namespace {
 std::vector<std::string> nvrtc_options() {
   // -lineinfo keeps line tables for profilers; ptxas -v reports registers and spills.
   std::vector<std::string> opts = {"-lineinfo", "--ptxas-options=-v"};
+  // NVRTC 12.9 and later keep a cache of their own (keyed by the PTX): a kernel whose PTX was
+  // built before skips ptxas, and its log then has none of ptxas's figures, which the no-spill
+  // checks read (with the tables as data, every plan of a schedule is the same source). mkc's
+  // cache (below) already keeps each kernel with its figures, so NVRTC's is switched off.
+  if (nvrtc_version() >= 12090) opts.push_back("--no-cache");
   // $MKC_NVRTC_OPTIONS: more options, space-separated (template experiments: -DNAME=VALUE).
   // They are part of the cache key like every other option.
   if (const char* extra = std::getenv("MKC_NVRTC_OPTIONS")) {

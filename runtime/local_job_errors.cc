@@ -15,6 +15,8 @@ std::string launch_error_message(const abi::ErrorRecord& e, const plan::Plan& pl
                                  const dsl::SourceFile* file, uint64_t epoch, uint64_t timeout_ns) {
   std::string where;  // the .mks line, where known
   std::string task = fmt::format("task {}", e.task), event = fmt::format("event {}", e.event);
+  // A wait names its counter by slot on its own rank (plan::Event).
+  const int ev = e.flag == abi::kWaitTimeout ? plan.event_at(e.rank, e.event) : -1;
   auto op_line = [&](int op) -> std::string {
     if (op < 0 || file == nullptr || plan.source == nullptr ||
         op >= static_cast<int>(plan.source->ops.size()) || !plan.source->ops[op].decl)
@@ -30,15 +32,14 @@ std::string launch_error_message(const abi::ErrorRecord& e, const plan::Plan& pl
     // operation of the event's producer.
     for (size_t p = 0; where.empty() && p < plan.tasks.size(); ++p) {
       for (const plan::Signal& s : plan.tasks[p].signals) {
-        if (s.event != e.event) continue;
+        if (s.event != ev) continue;
         const std::string at = op_line(plan.tasks[p].op);
         if (!at.empty()) where = fmt::format("the edge of {} at {}", plan.tasks[p].label, at);
         break;
       }
     }
   }
-  if (e.event >= 0 && e.event < static_cast<int>(plan.events.size()))
-    event = plan.events[e.event].name;
+  if (ev >= 0) event = plan.events[ev].name;
   if (e.flag == abi::kPipelineTimeout) {
     return fmt::format(
         "launch {} failed on rank {}: task {} (from {}) waited {:.1f} s inside the task for its "

@@ -32,11 +32,14 @@ HeapLayout heap_layout(const plan::Plan& plan) {
     h.offsets.push_back(h.bytes);
     h.bytes = align(h.bytes + static_cast<size_t>(b.elements()) * compiler::dtype_bytes(b.dtype));
   }
+  // Each rank's counters, numbered by slot (plan::Event): the array is as long as the most any
+  // rank has, so the heaps stay symmetric.
+  const size_t counters = static_cast<size_t>(plan.max_counters());
   h.events_offset = h.bytes;
-  h.proxy_head_offset = h.events_offset + plan.events.size() * 8;
+  h.proxy_head_offset = h.events_offset + counters * 8;
   h.proxy_tail_offset = h.proxy_head_offset + 64;
   h.proxy_events_offset = h.proxy_tail_offset + 64;
-  h.bytes = align(h.proxy_events_offset + plan.events.size() * 8);
+  h.bytes = align(h.proxy_events_offset + counters * 8);
   return h;
 }
 

@@ -258,9 +258,11 @@ class Generator final : public kinds::Source {
         const int proxy = proxy_events_.count(w.event) ? 1 : 0;
         if (data) {
           MKC_CHECK(w.count >= 0 && w.count <= INT32_MAX, "wait count {} out of range", w.count);
-          wait_image.push_back(abi::Wait{w.event, static_cast<int>(w.count), w.lag, proxy});
+          wait_image.push_back(
+              abi::Wait{p_.events[w.event].slot, static_cast<int>(w.count), w.lag, proxy});
         } else {
-          waits += fmt::format("    {{{}, {}, {}, {}}},\n", w.event, w.count, w.lag, proxy);
+          waits += fmt::format("    {{{}, {}, {}, {}}},\n", p_.events[w.event].slot, w.count, w.lag,
+                               proxy);
         }
         ++nw;
       }
@@ -268,10 +270,11 @@ class Generator final : public kinds::Source {
         const int scope = s.handoff == plan::HandOff::kLocal      ? abi::kScopeGpu
                           : s.handoff == plan::HandOff::kPeerFlag ? abi::kScopeSystem
                                                                   : abi::kScopeProxy;
+        const plan::Event& ev = p_.events[s.event];
         if (data) {
-          signal_image.push_back(abi::Signal{s.event, p_.events[s.event].rank, scope});
+          signal_image.push_back(abi::Signal{ev.slot, ev.rank, scope});
         } else {
-          sigs += fmt::format("    {{{}, {}, {}}},\n", s.event, p_.events[s.event].rank, scope);
+          sigs += fmt::format("    {{{}, {}, {}}},\n", ev.slot, ev.rank, scope);
         }
         ++ns;
       }

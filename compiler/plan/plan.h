@@ -58,9 +58,14 @@ struct Box {
 };
 
 // A counter on one rank.
+// A counter. `slot` is its place in its rank's counter array, the number the kernel's waits and
+// signals carry: a rank's counters are numbered in the order that rank's consumers create them,
+// so a rank's numbering follows from its own consumers and their producers, not from the world
+// (docs/COMPILER.md, "Per-rank planning"), and each rank's array holds its own counters only.
 struct Event {
   int rank = 0;
   std::string name;
+  int slot = 0;
 };
 
 struct Wait {
@@ -210,9 +215,27 @@ struct Plan {
     return false;
   }
   int add_event(int rank, std::string name) {
-    events.push_back(Event{rank, std::move(name)});
+    if (static_cast<size_t>(rank) >= counters.size()) counters.resize(rank + 1, 0);
+    events.push_back(Event{rank, std::move(name), counters[rank]++});
     return static_cast<int>(events.size()) - 1;
   }
+  // Counters on `rank` (its events' slots are 0 .. this - 1).
+  int counters_of(int64_t rank) const {
+    return static_cast<size_t>(rank) < counters.size() ? counters[rank] : 0;
+  }
+  // The most counters any rank has: the length of every rank's counter array.
+  int max_counters() const {
+    int n = 0;
+    for (int c : counters) n = std::max(n, c);
+    return n;
+  }
+  // The event of `rank`'s counter `slot`, or -1 (an error record names a slot).
+  int event_at(int64_t rank, int slot) const {
+    for (size_t e = 0; e < events.size(); ++e)
+      if (events[e].rank == rank && events[e].slot == slot) return static_cast<int>(e);
+    return -1;
+  }
+  std::vector<int> counters;  // [rank]: counters created on it (add_event keeps it)
 };
 
 // One line: tasks, events, waits, buffers, roles (MKC_DUMP_PASSES, the compile summary).

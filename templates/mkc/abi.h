@@ -35,7 +35,9 @@ struct View {
   i64 shape[kMaxDims];
 };
 
-// A task waits until the counter `event` (on its own rank) reaches (epoch - lag) * count. With
+// A task waits until the counter `event` (on its own rank) reaches (epoch - lag) * count. Counters
+// are numbered per rank (plan::Event::slot): `event` indexes the rank's own counter array, whose
+// length is the most counters any rank has (KernelArgs::events). With
 // `proxy` set the event is also raised from other nodes: the count is the sum of the counter and
 // this rank's proxy counter of the same index (KernelArgs::proxy_events, in device memory).
 struct Wait {
@@ -54,7 +56,7 @@ enum SignalScope : int {
 };
 
 struct Signal {
-  int event;
+  int event;  // the counter's slot in `rank`'s array
   int rank;
   int scope;
 };

@@ -140,13 +140,20 @@ std::set<int64_t> neighbourhood(const Plan& p, int64_t x) {
   return out;
 }
 
-// A task's waits and signals by their events' names (numbers differ between plans).
+// A task's waits and signals by their events' names and slots, what the kernel's tables carry
+// (the events' places in the plan's list differ between plans; their slots on their ranks must
+// not).
 std::string edges_text(const Plan& p, const Task& t) {
   std::vector<std::string> w, s;
-  for (const Wait& x : t.waits)
-    w.push_back(fmt::format("{} x{} lag {}", p.events[x.event].name, x.count, x.lag));
-  for (const Signal& x : t.signals)
-    s.push_back(fmt::format("{} ({})", p.events[x.event].name, handoff_name(x.handoff)));
+  for (const Wait& x : t.waits) {
+    const Event& e = p.events[x.event];
+    w.push_back(fmt::format("{} slot {} x{} lag {}", e.name, e.slot, x.count, x.lag));
+  }
+  for (const Signal& x : t.signals) {
+    const Event& e = p.events[x.event];
+    s.push_back(
+        fmt::format("{} slot {} of r{} ({})", e.name, e.slot, e.rank, handoff_name(x.handoff)));
+  }
   std::sort(w.begin(), w.end());
   std::sort(s.begin(), s.end());
   return fmt::format("waits [{}] signals [{}]", fmt::join(w, ", "), fmt::join(s, ", "));
@@ -187,6 +194,8 @@ TEST_CASE("a rank's dependencies from the ranks two steps away are the world's, 
           CHECK(o.ranks.size() == std::min<size_t>(5, w.ranks));
         Plan mine = lower(s, o);
         derive_dependencies(mine);
+        // Its counter array as the world's: what its heap holds (runtime/local_job_heap.cc).
+        CHECK(mine.counters_of(r) == whole.counters_of(r));
         std::vector<const Task*> a, b;
         for (const Task& t : whole.tasks) {
           if (t.rank == r) a.push_back(&t);

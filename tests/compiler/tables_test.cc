@@ -261,11 +261,16 @@ TEST_CASE("MKC_TABLES: source, data, and a clear error for anything else") {
   CHECK(compiler::compile_file(file, opts)->kernels.at(0).tables.size() == 7);
   ::setenv("MKC_TABLES", "source", 1);
   CHECK(compiler::compile_file(file, opts)->kernels.at(0).tables.empty());
+  // Unset: the caller's choice, data unless it asks (`mkc compile` asks for the source).
   ::unsetenv("MKC_TABLES");
-  CHECK(compiler::compile_file(file, opts)->kernels.at(0).tables.empty());
+  CHECK(compiler::compile_file(file, opts)->kernels.at(0).tables.size() == 7);
+  CHECK(compiler::compile_file(file, opts, "", true, nullptr,
+                               codegen::CodegenOptions::Tables::kSource)
+            ->kernels.at(0)
+            .tables.empty());
   ::setenv("MKC_TABLES", "rom", 1);
   CHECK_THROWS_WITH_AS(compiler::compile_file(file, opts),
-                       doctest::Contains("MKC_TABLES=rom: expected `source`"), UserError);
+                       doctest::Contains("MKC_TABLES=rom: expected `data`"), UserError);
   if (before != nullptr) {
     ::setenv("MKC_TABLES", saved.c_str(), 1);
   } else {

@@ -3,6 +3,7 @@
 // error record becomes (the task, the event, the counts and the .mks line), on a plan compiled
 // here from a sample.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <limits>
@@ -71,15 +72,20 @@ TEST_CASE("errors: a timed-out wait names the task, the event, the counts and th
     }
   }
   REQUIRE(task >= 0);
+  // The device names the counter by its slot on the waiting rank (plan::Event).
+  const int rank = p.tasks[task].rank;
+  REQUIRE(p.events[event].rank == rank);
   abi::ErrorRecord e{};
   e.flag = abi::kWaitTimeout;
-  e.rank = 1;
+  e.rank = rank;
   e.task = task;
-  e.event = event;
+  e.event = p.events[event].slot;
   e.expected = 8;
   e.seen = 3;
   const std::string msg = launch_error_message(e, p, c->file.get(), 4, 300'000'000);
-  CHECK_MESSAGE(msg.find("launch 4 timed out on rank 1: task " + p.tasks[task].label) == 0, msg);
+  CHECK_MESSAGE(msg.find(fmt::format("launch 4 timed out on rank {}: task {}", rank,
+                                     p.tasks[task].label)) == 0,
+                msg);
   CHECK_MESSAGE(msg.find("waited 0.3 s for event " + p.events[event].name +
                          " to reach 8, seen 3") != std::string::npos,
                 msg);

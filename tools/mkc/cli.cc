@@ -90,7 +90,11 @@ options (and -D, --ranks-per-node, --sms, --color as for `mkc check`):
                        are removed, so DIR never mixes two compiles
   --no-cache           compile even if the JIT cache has the kernel
   --verbose            print NVRTC's and ptxas's whole log (registers, wgmma serialisation)
-  -h, --help           show this help
+
+The cubin holds the plan's tables, so it runs alone. `mkc run` and the API compile the tables as
+data instead (copied into the module at load: NVRTC's time does not grow with the plan);
+MKC_TABLES=data makes `compile` do the same (the cubin then needs them copied in, see
+docs/COMPILER.md), MKC_TABLES=source makes every path compile them in.
 
   --tune-db FILE       the tuning database (default: $MKC_TUNE_DB, else tune.json in the JIT
                        cache's directory); its entry for this schedule, parameters, world, arch
@@ -459,11 +463,12 @@ class Artefacts {
 
 // Parses and checks `file` through the whole pipeline, printing its diagnostics; null on errors.
 // Without `generate`, it stops at the plans (no kernel source).
-std::unique_ptr<compiler::Compilation> front_end(std::shared_ptr<const dsl::SourceFile> file,
-                                                 const Flags& f, std::ostream& err,
-                                                 const Terminal& term, bool generate = true,
-                                                 const compiler::TunedFor& tuned = nullptr) {
-  auto c = compiler::compile_file(std::move(file), f.check, f.defines_text, generate, tuned);
+std::unique_ptr<compiler::Compilation> front_end(
+    std::shared_ptr<const dsl::SourceFile> file, const Flags& f, std::ostream& err,
+    const Terminal& term, bool generate = true, const compiler::TunedFor& tuned = nullptr,
+    codegen::CodegenOptions::Tables tables = codegen::CodegenOptions::Tables::kData) {
+  auto c =
+      compiler::compile_file(std::move(file), f.check, f.defines_text, generate, tuned, tables);
   err << dsl::render_text(c->diagnostics.all(), f.use_color(term));
   if (!c->ok()) return nullptr;
   return c;
@@ -647,7 +652,9 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
   // Only the plan asked for: no kernel is generated (a plan across nodes has none yet).
   const bool plan_only = emit.size() == 1 && emit.count("plan") == 1;
   const auto source = dsl::SourceFile::read(file);
-  const auto c = front_end(source, f, err, term, !plan_only, tuned_hook(f, source, arch, err));
+  // The cubin written stands alone: its tables in it (MKC_TABLES=data: declared, not written).
+  const auto c = front_end(source, f, err, term, !plan_only, tuned_hook(f, source, arch, err),
+                           codegen::CodegenOptions::Tables::kSource);
   if (c == nullptr) return kExitUserError;
   Phases& phases = c->phases;
   // Everything before NVRTC: parse, check, the passes, code generation.
