@@ -127,11 +127,29 @@ std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> Lowerer::chun
   for (size_t d = 0; d < shape.size(); ++d)
     count *= static_cast<double>(cdiv(shape[d], std::max<int64_t>(1, sizes[d])));
   if (count > static_cast<double>(opts_.max_tasks_per_rank)) over_budget(0, count);
-  return grid(shape, std::move(sizes));
+  auto chunks = grid(shape, std::move(sizes));
+  // A footprint asks whose memory, not where in it: the first R chunks, as roles that rotate
+  // with the chunk (a hierarchical all-reduce's owner is the chunk's index mod the node's ranks)
+  // all appear among them.
+  if (opts_.footprint && static_cast<int64_t>(chunks.size()) > R()) chunks.resize(R());
+  return chunks;
 }
 
 void Lowerer::lower_op(int i) {
   current_op_ = i;
+  if (opts_.footprint) {
+    switch (s_.ops[i].kind) {
+      case OpKind::kGemm:
+      case OpKind::kGroupedGemm:
+      case OpKind::kMap:
+      case OpKind::kCopy:
+      case OpKind::kReduce:
+      case OpKind::kAttention:
+        return lower_footprint(i);
+      default:
+        break;
+    }
+  }
   switch (s_.ops[i].kind) {
     case OpKind::kGemm:
       return lower_gemm(i);

@@ -49,6 +49,10 @@ struct LowerOptions {
   // fence); buffers and decisions are the whole world's; Plan::lowered says whose tasks are
   // there. The budgets count the lowered ranks' tasks only.
   std::vector<int64_t> ranks;
+  // A footprint, not a plan (compiler/passes/neighbours.h): each compute operation one task per
+  // rank touching what its uses name, communication in at most R chunks per operation. Whose
+  // memory each rank's tasks touch is the plan's; nothing else is.
+  bool footprint = false;
 };
 
 Plan lower(const compiler::CheckedSchedule& schedule, const LowerOptions& options = {});

@@ -15,13 +15,12 @@ using compiler::OpInstance;
 using compiler::OpKind;
 using compiler::TensorUse;
 
-// The rank a peer expression names, for rank `r` (modulo the world size).
+}  // namespace
+
 int64_t eval_peer(const dsl::Expr& e, int64_t r, const CheckedSchedule& s) {
   const int64_t v = compiler::evaluate(e, r, s);
   return ((v % s.ranks) + s.ranks) % s.ranks;
 }
-
-}  // namespace
 
 // send: views {src, dst}; args {range}: copies the box [lo, hi) of src (view coordinates) to the
 // same box of dst on another rank (or this one). The same task kind carries every put.

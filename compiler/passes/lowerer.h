@@ -25,6 +25,8 @@
 namespace mkc::plan {
 
 int64_t product(const std::vector<int64_t>& v, size_t from = 0);
+// The rank a peer expression names, for rank `r` (modulo the world size).
+int64_t eval_peer(const dsl::Expr& e, int64_t r, const compiler::CheckedSchedule& s);
 int64_t cdiv(int64_t a, int64_t b);
 
 // The grid of chunks (or tiles) of `sizes` over the trailing dims of `shape`: a list of [lo, hi).
@@ -95,6 +97,9 @@ class Lowerer {
   // lower_moe.cc
   void lower_alltoall(int i);
   void lower_combine(int i);
+
+  // neighbours.cc: a compute operation's footprint (LowerOptions::footprint).
+  void lower_footprint(int i);
 
   const compiler::CheckedSchedule& s_;
   const LowerOptions& opts_;

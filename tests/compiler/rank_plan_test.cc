@@ -7,12 +7,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 #include <string>
 
 #include "compiler/passes/dependencies.h"
 #include "compiler/passes/lower.h"
+#include "compiler/passes/neighbours.h"
 #include "tests/compiler/plan_testing.h"
 #include "tests/compiler/small_shapes.h"
 
@@ -177,6 +179,7 @@ TEST_CASE("a rank's dependencies from the ranks two steps away are the world's, 
       const compiler::CheckedSchedule& s = c->checked.at(0);
       Plan whole = lower(s);
       derive_dependencies(whole);
+      const std::vector<std::vector<int64_t>> near = neighbours(s);
       for (const int64_t r : {int64_t{0}, w.ranks / 2 + 1, w.ranks - 1}) {
         if (r >= w.ranks) continue;
         const std::string label =
@@ -190,6 +193,8 @@ TEST_CASE("a rank's dependencies from the ranks two steps away are the world's, 
         }
         LowerOptions o;
         o.ranks.assign(ranks.begin(), ranks.end());
+        // The same ranks from the schedule alone, what a process planning r would lower.
+        CHECK(ranks_within(near, r, 2) == o.ranks);
         if (name.rfind("ring_attention", 0) == 0)
           CHECK(o.ranks.size() == std::min<size_t>(5, w.ranks));
         Plan mine = lower(s, o);
@@ -212,6 +217,68 @@ TEST_CASE("a rank's dependencies from the ranks two steps away are the world's, 
         }
       }
     }
+  }
+}
+
+// The neighbour relation from the schedule (neighbours.h, a footprint lowering: one task per
+// compute operation and rank, communication in at most R chunks) is the relation the whole world's
+// plan spells: for every sample, world and rank, the same ranks.
+TEST_CASE("a schedule's neighbour relation is its whole plan's, every sample") {
+  const auto shapes = mkc::testing::small_shapes();
+  struct World {
+    int64_t ranks, per_node;
+  };
+  for (const World w :
+       {World{1, 0}, World{2, 0}, World{4, 0}, World{8, 0}, World{4, 2}, World{8, 4}}) {
+    for (const auto& [name, defines] : shapes) {
+      const std::string label = fmt::format("{} at {} ranks, {} per node", name, w.ranks,
+                                            w.per_node == 0 ? w.ranks : w.per_node);
+      CAPTURE(label);
+      const auto c = sample(name, w.ranks, defines, w.per_node);
+      const compiler::CheckedSchedule& s = c->checked.at(0);
+      const Plan whole = lower(s);
+      const std::vector<std::vector<int64_t>> n = neighbours(s);
+      REQUIRE(n.size() == static_cast<size_t>(w.ranks));
+      for (int64_t x = 0; x < w.ranks; ++x) {
+        std::set<int64_t> expected = neighbourhood(whole, x);
+        expected.erase(x);
+        const std::set<int64_t> got(n[x].begin(), n[x].end());
+        CHECK_MESSAGE(got == expected, "rank "
+                                           << x << ": footprint {"
+                                           << fmt::format("{}", fmt::join(got, ", ")) << "}, plan {"
+                                           << fmt::format("{}", fmt::join(expected, ", ")) << "}");
+      }
+    }
+  }
+  // Ring attention's relation at R 64 (2 steps: 5 ranks), where the world's plan is past its
+  // limit: the footprint costs the operations, not the tasks.
+  const auto c = sample("ring_attention", 64, {{"B", 1}, {"H", 1}, {"S", 8192}, {"D", 16}}, 8);
+  const auto start = std::chrono::steady_clock::now();
+  const auto n = neighbours(c->checked.at(0));
+  MESSAGE(
+      "ring attention's neighbours at R 64: "
+      << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()
+      << " ms");
+  for (const int64_t r : {int64_t{0}, int64_t{31}, int64_t{63}}) {
+    CAPTURE(r);
+    CHECK(n[r].size() == 2);
+    CHECK(ranks_within(n, r, 2).size() == 5);
+  }
+  // What a process planning rank 31 would lower and derive, at the small shape and at the
+  // sample's defaults (where the world's plan is past its limit): its 5 ranks' tasks.
+  const auto defaults = sample("ring_attention", 64, {}, 8);
+  for (const auto* s : {&c->checked.at(0), &defaults->checked.at(0)}) {
+    const auto planned = std::chrono::steady_clock::now();
+    LowerOptions o;
+    o.ranks = ranks_within(neighbours(*s), 31, 2);
+    CHECK(o.ranks.size() == 5);
+    Plan mine = lower(*s, o);
+    derive_dependencies(mine);
+    MESSAGE("rank 31 of 64: its neighbours, then lowering and dependencies of its 5 ranks, "
+            << mine.tasks.size() << " tasks: "
+            << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - planned)
+                   .count()
+            << " ms");
   }
 }
 
