@@ -87,7 +87,10 @@ void check_ranks_alone(const std::string& name, const std::map<std::string, int6
   }
 }
 
-TEST_CASE("a rank lowered alone is its part of the world's lowering, every sample") {
+// Calls fn(name, defines, ranks, per_node) for every sample at its small shape in every world of
+// R 1, 2, 4 and 8 on one node and R 4 and 8 across two nodes.
+template <typename F>
+void for_every_sample_and_world(F&& fn) {
   const auto shapes = mkc::testing::small_shapes();
   REQUIRE(shapes.size() >= 12);
   struct World {
@@ -99,9 +102,13 @@ TEST_CASE("a rank lowered alone is its part of the world's lowering, every sampl
       const std::string label = fmt::format("{} at {} ranks, {} per node", name, w.ranks,
                                             w.per_node == 0 ? w.ranks : w.per_node);
       CAPTURE(label);
-      check_ranks_alone(name, defines, w.ranks, w.per_node);
+      fn(name, defines, w.ranks, w.per_node);
     }
   }
+}
+
+TEST_CASE("a rank lowered alone is its part of the world's lowering, every sample") {
+  for_every_sample_and_world(check_ranks_alone);
 }
 
 TEST_CASE("a rank lowered alone: its own tasks only, at any world size; bad ranks refused") {
@@ -224,32 +231,23 @@ TEST_CASE("a rank's dependencies from the ranks two steps away are the world's, 
 // compute operation and rank, communication in at most R chunks) is the relation the whole world's
 // plan spells: for every sample, world and rank, the same ranks.
 TEST_CASE("a schedule's neighbour relation is its whole plan's, every sample") {
-  const auto shapes = mkc::testing::small_shapes();
-  struct World {
-    int64_t ranks, per_node;
-  };
-  for (const World w :
-       {World{1, 0}, World{2, 0}, World{4, 0}, World{8, 0}, World{4, 2}, World{8, 4}}) {
-    for (const auto& [name, defines] : shapes) {
-      const std::string label = fmt::format("{} at {} ranks, {} per node", name, w.ranks,
-                                            w.per_node == 0 ? w.ranks : w.per_node);
-      CAPTURE(label);
-      const auto c = sample(name, w.ranks, defines, w.per_node);
-      const compiler::CheckedSchedule& s = c->checked.at(0);
-      const Plan whole = lower(s);
-      const std::vector<std::vector<int64_t>> n = neighbours(s);
-      REQUIRE(n.size() == static_cast<size_t>(w.ranks));
-      for (int64_t x = 0; x < w.ranks; ++x) {
-        std::set<int64_t> expected = neighbourhood(whole, x);
-        expected.erase(x);
-        const std::set<int64_t> got(n[x].begin(), n[x].end());
-        CHECK_MESSAGE(got == expected, "rank "
-                                           << x << ": footprint {"
-                                           << fmt::format("{}", fmt::join(got, ", ")) << "}, plan {"
-                                           << fmt::format("{}", fmt::join(expected, ", ")) << "}");
-      }
+  for_every_sample_and_world([](const std::string& name,
+                                const std::map<std::string, int64_t>& defines, int64_t ranks,
+                                int64_t per_node) {
+    const auto c = sample(name, ranks, defines, per_node);
+    const compiler::CheckedSchedule& s = c->checked.at(0);
+    const Plan whole = lower(s);
+    const std::vector<std::vector<int64_t>> n = neighbours(s);
+    REQUIRE(n.size() == static_cast<size_t>(ranks));
+    for (int64_t x = 0; x < ranks; ++x) {
+      std::set<int64_t> expected = neighbourhood(whole, x);
+      expected.erase(x);
+      const std::set<int64_t> got(n[x].begin(), n[x].end());
+      CHECK_MESSAGE(got == expected,
+                    "rank " << x << ": footprint {" << fmt::format("{}", fmt::join(got, ", "))
+                            << "}, plan {" << fmt::format("{}", fmt::join(expected, ", ")) << "}");
     }
-  }
+  });
   // Ring attention's relation at R 64 (2 steps: 5 ranks), where the world's plan is past its
   // limit: the footprint costs the operations, not the tasks.
   const auto c = sample("ring_attention", 64, {{"B", 1}, {"H", 1}, {"S", 8192}, {"D", 16}}, 8);
