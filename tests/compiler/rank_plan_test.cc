@@ -15,6 +15,7 @@
 #include "compiler/passes/dependencies.h"
 #include "compiler/passes/lower.h"
 #include "compiler/passes/neighbours.h"
+#include "compiler/passes/schedule.h"
 #include "tests/compiler/plan_testing.h"
 #include "tests/compiler/small_shapes.h"
 
@@ -278,6 +279,43 @@ TEST_CASE("a schedule's neighbour relation is its whole plan's, every sample") {
                    .count()
             << " ms");
   }
+}
+
+// Scheduling a rank's neighbourhood (the ranks within two steps, from the schedule) gives that
+// rank the world's CTA lists, task for task by label, and the world's roles.
+TEST_CASE("a rank's CTA lists from its neighbourhood are the world's, every sample") {
+  for_every_sample_and_world([](const std::string& name,
+                                const std::map<std::string, int64_t>& defines, int64_t ranks,
+                                int64_t per_node) {
+    const auto c = sample(name, ranks, defines, per_node);
+    const compiler::CheckedSchedule& s = c->checked.at(0);
+    ScheduleOptions so;
+    Plan whole = lower(s);
+    derive_dependencies(whole);
+    schedule(whole, so);
+    const std::vector<std::vector<int64_t>> near = neighbours(s);
+    for (const int64_t r : {int64_t{0}, ranks / 2 + 1, ranks - 1}) {
+      if (r >= ranks) continue;
+      CAPTURE(r);
+      LowerOptions o;
+      o.ranks = ranks_within(near, r, 2);
+      Plan mine = lower(s, o);
+      derive_dependencies(mine);
+      schedule(mine, so);
+      REQUIRE(mine.roles.size() == whole.roles.size());
+      for (size_t k = 0; k < whole.roles.size(); ++k)
+        CHECK(mine.roles[k].count == whole.roles[k].count);
+      REQUIRE(mine.cta_tasks[r].size() == whole.cta_tasks[r].size());
+      for (size_t cta = 0; cta < whole.cta_tasks[r].size(); ++cta) {
+        std::vector<std::string> a, b;
+        for (int t : whole.cta_tasks[r][cta]) a.push_back(whole.tasks[t].label);
+        for (int t : mine.cta_tasks[r][cta]) b.push_back(mine.tasks[t].label);
+        CHECK_MESSAGE(a == b,
+                      "CTA " << cta << ": world " << a.size() << " tasks, alone " << b.size());
+        if (a != b) return;
+      }
+    }
+  });
 }
 
 }  // namespace
