@@ -10,6 +10,7 @@ plan's tasks (from the summary line) and the planning time mkc reports (everythi
 Above 8 ranks the world is 8 ranks per node (`--ranks-per-node 8`), as a 2 x 8 GPU job would be.
 Modes:
   plan   `--emit plan`: lowering, dependencies, scheduling and writing the plan's JSON
+  rank   `--emit plan --rank 0`: the same for rank 0 alone (the ranks within two steps of it)
   cold   `--emit cubin --no-cache`: the whole compile, NVRTC included
   warm   `--emit cubin` after a cold one: planning, code generation and a JIT cache hit
   verify `mkc verify` at small shapes (samples/small_shapes.json): the whole-world plan with the
@@ -37,6 +38,7 @@ import time
 
 MODES = {
     "plan": ["compile", "--emit", "plan"],
+    "rank": ["compile", "--emit", "plan", "--rank", "0"],
     "cold": ["compile", "--emit", "cubin", "--no-cache"],
     "warm": ["compile", "--emit", "cubin"],
     "verify": ["verify"],
@@ -107,8 +109,13 @@ def measure(args, sample, ranks, mode, env, out_dir):
         return row, code not in (1, 3)
     m = re.search(r"(\d+) tasks", out + err)
     if m:
+        # A rank's plan holds the tasks of the ranks it needs too ("with the tasks of ranks 0, 2").
+        planned = ranks
+        near = re.search(r"with the tasks of ranks? ([0-9, ]+|none) it needs", out)
+        if near:
+            planned = 1 + len(re.findall(r"\d+", near.group(1)))
         row["tasks"] = m.group(1)
-        row["tasks_per_rank"] = f"{int(m.group(1)) / ranks:.0f}"
+        row["tasks_per_rank"] = f"{int(m.group(1)) / planned:.0f}"
     m = re.search(r"planned in ([0-9.]+) s", out)
     if m:
         row["planned_ms"] = f"{float(m.group(1)) * 1e3:.0f}"
@@ -144,7 +151,7 @@ def main():
     ap.add_argument("--ranks", default="1,2,8,16,64", help="world sizes (default %(default)s)")
     ap.add_argument("--per-node", type=int, default=8,
                     help="ranks per node above this many ranks (default %(default)s)")
-    ap.add_argument("--modes", default="plan,cold,warm", help="plan, cold, warm, verify (comma-separated; default %(default)s)")
+    ap.add_argument("--modes", default="plan,cold,warm", help="plan, rank, cold, warm, verify (comma-separated; default %(default)s)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per compile")
     ap.add_argument("--tables", default="data", choices=["data", "source"],
                     help="where the plan's tables go (MKC_TABLES): data, what a run compiles "
@@ -163,7 +170,7 @@ def main():
     modes = args.modes.split(",")
     for m in modes:
         if m not in MODES:
-            sys.exit(f"compile_bench: --modes: unknown mode `{m}` (plan, cold, warm, verify)")
+            sys.exit(f"compile_bench: --modes: unknown mode `{m}` (plan, rank, cold, warm, verify)")
     if "warm" in modes and "cold" in modes:
         modes = [m for m in modes if m != "warm"] + ["warm"]  # warm needs the cold one's entry
     samples = sorted(s for s in glob.glob(os.path.join(args.samples, "*.mks"))

@@ -1,8 +1,11 @@
 #include "compiler/pipeline.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <string>
 
+#include "compiler/passes/neighbours.h"
 #include "compiler/passes/passes.h"
 #include "dsl/parser.h"
 #include "support/error.h"
@@ -40,12 +43,28 @@ std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile>
   c->checked = check(c->module, options, c->diagnostics);
   c->phases.add("check", clock.lap());
   if (c->diagnostics.has_errors()) return c;
+  if (options.plan_rank >= 0 && generate) {
+    throw UserError(
+        "a kernel for one rank is not built yet: plan one rank with `--emit plan`, or compile "
+        "the whole world without `--rank`");
+  }
   // Plans point at their checked schedule: `checked` is complete and never resized from here on.
   for (const CheckedSchedule& s : c->checked) {
     plan::PassOptions po;
     po.sms = options.sms;
     po.file = file.get();
     po.phases = &c->phases;
+    if (options.plan_rank >= 0) {
+      if (options.plan_rank >= s.ranks) {
+        throw UserError(fmt::format("--rank {}: schedule `{}` has {} ranks (0 to {})",
+                                    options.plan_rank, s.name, s.ranks, s.ranks - 1));
+      }
+      Stopwatch near;
+      po.lower.ranks = plan::ranks_within(plan::neighbours(s), options.plan_rank, 2);
+      c->phases.add("neighbours", near.lap());
+      // The verifier proves cross-rank properties on the whole world's plan (`mkc verify`).
+      po.verify = false;
+    }
     if (tuned) {
       auto knobs = tuned(s);
       if (!knobs.empty())

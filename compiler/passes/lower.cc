@@ -121,7 +121,7 @@ void Lowerer::over_budget(int64_t rank, double tasks) const {
 }
 
 std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> Lowerer::chunk_grid(
-    const std::vector<int64_t>& shape, std::vector<int64_t> sizes) const {
+    const std::vector<int64_t>& shape, std::vector<int64_t> sizes, bool rotating) const {
   while (sizes.size() < shape.size()) sizes.insert(sizes.begin(), 1);
   double count = 1;
   for (size_t d = 0; d < shape.size(); ++d)
@@ -130,8 +130,9 @@ std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> Lowerer::chun
   auto chunks = grid(shape, std::move(sizes));
   // A footprint asks whose memory, not where in it: the first R chunks, as roles that rotate
   // with the chunk (a hierarchical all-reduce's owner is the chunk's index mod the node's ranks)
-  // all appear among them.
-  if (opts_.footprint && static_cast<int64_t>(chunks.size()) > R()) chunks.resize(R());
+  // all appear among them; one where no role rotates.
+  const size_t keep = rotating ? static_cast<size_t>(R()) : 1;
+  if (opts_.footprint && chunks.size() > keep) chunks.resize(keep);
   return chunks;
 }
 

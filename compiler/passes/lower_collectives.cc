@@ -278,8 +278,10 @@ void Lowerer::lower_allgather(int i) {
 void Lowerer::lower_put(int i) {
   const OpInstance& op = s_.ops[i];
   const TensorUse& x = op.inputs[0];
+  // Every chunk goes to the same peer: a footprint needs one.
   const auto chunks = chunk_grid(
-      x.shape, chunk_sizes(op, x.shape, compiler::dtype_bytes(s_.tensors[x.tensor].dtype)));
+      x.shape, chunk_sizes(op, x.shape, compiler::dtype_bytes(s_.tensors[x.tensor].dtype)),
+      /*rotating=*/false);
   for (int64_t s = 0; s < R(); ++s) {
     if (!lowered(s)) continue;
     const int64_t d = op.kind == OpKind::kShift ? (((s + op.ints.at("by")) % R()) + R()) % R()

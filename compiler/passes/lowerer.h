@@ -54,9 +54,11 @@ class Lowerer {
   void emit(Task t);
   [[noreturn]] void over_budget(int64_t rank, double tasks) const;
   // grid() for the chunks of the operation being lowered, refused (over_budget) before it is
-  // built when it would hold more chunks than a rank may have tasks.
+  // built when it would hold more chunks than a rank may have tasks. In a footprint
+  // (LowerOptions::footprint) only the first R chunks, or the first one where the ranks a chunk
+  // touches do not depend on its index (`rotating` false).
   std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> chunk_grid(
-      const std::vector<int64_t>& shape, std::vector<int64_t> sizes) const;
+      const std::vector<int64_t>& shape, std::vector<int64_t> sizes, bool rotating = true) const;
   int add_buffer(const std::string& name, compiler::DType dt, std::vector<int64_t> shape,
                  bool symmetric);
   std::string name_of(const compiler::OpInstance& op) const;

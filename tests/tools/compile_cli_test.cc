@@ -218,5 +218,44 @@ TEST_CASE("without the Clang plugin, ptxas refusing the asm: exit 1, naming the 
                 r.err);
 }
 
+// `--rank`: one rank's plan from its neighbourhood (the ranks within two steps), the same ranks at
+// every world size for a ring; out of range, or asked for a kernel, a clear error.
+TEST_CASE("compile --emit plan --rank: a rank planned with the ranks it needs, at any world size") {
+  const std::string out = fresh_dir("rank_plan");
+  const std::vector<std::string> shape = {"-D", "S=8192", "-D", "H=1", "-D", "D=16"};
+  for (const auto& [ranks, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"8", "plan of rank 1 of 8, with the tasks of ranks 0, 2, 3, 7 it needs: "},
+           {"64", "plan of rank 1 of 64, with the tasks of ranks 0, 2, 3, 63 it needs: "}}) {
+    std::vector<std::string> args = {
+        "compile", "samples/ring_attention.mks", "--emit", "plan", "--rank", "1", "--ranks",
+        ranks,     "--ranks-per-node",           "8",      "-o",   out};
+    args.insert(args.end(), shape.begin(), shape.end());
+    const Result r = run_cli(args);
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    CHECK_MESSAGE(r.out.find(expected) != std::string::npos, r.out);
+    CHECK(fs::file_size(out + "/ring_attention.plan.json") > 1000);
+  }
+  std::vector<std::string> args = {"compile", "samples/ring_attention.mks",
+                                   "--emit",  "plan",
+                                   "--rank",  "8",
+                                   "--ranks", "8",
+                                   "-o",      out};
+  args.insert(args.end(), shape.begin(), shape.end());
+  Result r = run_cli(args);
+  CHECK(r.code != 0);
+  CHECK_MESSAGE(
+      r.err.find("--rank 8: schedule `ring_attention` has 8 ranks (0 to 7)") != std::string::npos,
+      r.err);
+  args[3] = "cubin";
+  args[5] = "0";
+  r = run_cli(args);
+  CHECK(r.code != 0);
+  CHECK_MESSAGE(r.err.find("a kernel for one rank is not built yet") != std::string::npos, r.err);
+  r = run_cli({"compile", "samples/ring_attention.mks", "--emit", "plan", "--rank", "-1"});
+  CHECK(r.code != 0);
+  CHECK_MESSAGE(r.err.find("--rank -1: expected a rank, an integer from 0") != std::string::npos,
+                r.err);
+}
+
 }  // namespace
 }  // namespace mkc::cli

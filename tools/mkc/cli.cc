@@ -90,6 +90,10 @@ options (and -D, --ranks-per-node, --sms, --color as for `mkc check`):
                        are removed, so DIR never mixes two compiles
   --no-cache           compile even if the JIT cache has the kernel
   --verbose            print NVRTC's and ptxas's whole log (registers, wgmma serialisation)
+  --rank R             plan rank R alone (with --emit plan): the ranks within two steps of it
+                       are lowered, scheduled and written, which give R the world's tasks,
+                       waits and CTA lists, so the time does not grow with --ranks; a kernel for
+                       one rank is not built yet
 
 The cubin holds the plan's tables, so it runs alone. `mkc run` and the API compile the tables as
 data instead (copied into the module at load: NVRTC's time does not grow with the plan);
@@ -642,6 +646,14 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
       use_cache = false;
     } else if (f.arg() == "--verbose") {
       verbose = true;
+    } else if (f.is("--rank")) {
+      const std::string v = f.value("--rank");
+      // 0-based: 0, or a positive integer (checked against the world size after --ranks).
+      try {
+        f.check.plan_rank = v == "0" ? 0 : parse_count("--rank", v);
+      } catch (const UserError&) {
+        throw UserError(fmt::format("--rank {}: expected a rank, an integer from 0", v));
+      }
     } else {
       f.unknown("compile");
     }
@@ -676,6 +688,19 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
     }
     if (plan_only) {
       files.finish();
+      if (!p.lowered.empty()) {
+        std::vector<int64_t> with;
+        for (int64_t r = 0; r < s.ranks; ++r) {
+          if (p.lowered[r] && r != f.check.plan_rank) with.push_back(r);
+        }
+        fmt::print(out,
+                   "{}: plan of rank {} of {}, with the tasks of rank{} {} it needs: {}; "
+                   "planned in {:.3f} s\n",
+                   file, f.check.plan_rank, s.ranks, with.size() == 1 ? "" : "s",
+                   with.empty() ? std::string("none") : fmt::format("{}", fmt::join(with, ", ")),
+                   plan::summary(p), planned);
+        continue;
+      }
       fmt::print(out, "{}: plan for {} rank{}: {}; planned in {:.3f} s\n", file, s.ranks,
                  s.ranks == 1 ? "" : "s", plan::summary(p), planned);
       continue;
