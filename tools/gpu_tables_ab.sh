@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# What must pass before the plan's tables become data by default (docs/COMPILER.md, "The plan's
-# tables"), from the bundle of tools/gpu_bundle.sh, in one device call:
+# The plan's tables as data (the default since 2026-12-05) against the constant tables
+# (docs/COMPILER.md, "The plan's tables"), from the bundle of tools/gpu_bundle.sh, in one device
+# call:
 #   cd .device/bin && ./gpu_tables_ab.sh [--only tests|runs] [--budget-s S] [--jobs N]
 # tests: every GPU test binary with MKC_TABLES=data, all at once (each under the budget), then
 #        doctest's summary line of each.
@@ -21,7 +22,7 @@ while [[ $# -gt 0 ]]; do
     --only) only=$2; shift ;;
     --budget-s) budget=$2; shift ;;
     --jobs) jobs=$2; shift ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
     *) echo "gpu_tables_ab: unknown argument $1 (--only tests|runs, --budget-s S, --jobs N)" >&2; exit 2 ;;
   esac
   shift
