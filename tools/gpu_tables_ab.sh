@@ -11,6 +11,7 @@
 #        same GPU, and their ratio (data / source: above 1 is slower).
 # The last line counts what failed.
 set -u
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")" || exit 2
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export MKC_CACHE_DIR="${MKC_CACHE_DIR:-/tmp/mkc_cache}"
@@ -22,7 +23,7 @@ while [[ $# -gt 0 ]]; do
     --only) only=$2; shift ;;
     --budget-s) budget=$2; shift ;;
     --jobs) jobs=$2; shift ;;
-    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,14p "$self"; exit 0 ;;
     *) echo "gpu_tables_ab: unknown argument $1 (--only tests|runs, --budget-s S, --jobs N)" >&2; exit 2 ;;
   esac
   shift
