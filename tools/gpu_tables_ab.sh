@@ -23,7 +23,7 @@ while [[ $# -gt 0 ]]; do
     --only) only=$2; shift ;;
     --budget-s) budget=$2; shift ;;
     --jobs) jobs=$2; shift ;;
-    -h|--help) sed -n 2,14p "$self"; exit 0 ;;
+    -h|--help) sed -n 2,12p "$self"; exit 0 ;;
     *) echo "gpu_tables_ab: unknown argument $1 (--only tests|runs, --budget-s S, --jobs N)" >&2; exit 2 ;;
   esac
   shift
