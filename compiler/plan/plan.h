@@ -57,11 +57,10 @@ struct Box {
   int64_t elements() const;
 };
 
-// A counter on one rank.
-// A counter. `slot` is its place in its rank's counter array, the number the kernel's waits and
-// signals carry: a rank's counters are numbered in the order that rank's consumers create them,
-// so a rank's numbering follows from its own consumers and their producers, not from the world
-// (docs/COMPILER.md, "Per-rank planning"), and each rank's array holds its own counters only.
+// A counter on one rank. `slot` is its place in its rank's counter array, the number the kernel's
+// waits and signals carry: a rank's counters are numbered in the order that rank's consumers create
+// them, so a rank's numbering follows from its own consumers and their producers, not from the
+// world (docs/COMPILER.md, "Per-rank planning"), and each rank's array holds its own counters only.
 struct Event {
   int rank = 0;
   std::string name;
