@@ -43,11 +43,6 @@ std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile>
   c->checked = check(c->module, options, c->diagnostics);
   c->phases.add("check", clock.lap());
   if (c->diagnostics.has_errors()) return c;
-  if (options.plan_rank >= 0 && generate) {
-    throw UserError(
-        "a kernel for one rank is not built yet: plan one rank with `--emit plan`, or compile "
-        "the whole world without `--rank`");
-  }
   // Plans point at their checked schedule: `checked` is complete and never resized from here on.
   for (const CheckedSchedule& s : c->checked) {
     plan::PassOptions po;
@@ -80,6 +75,8 @@ std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile>
     co.file = file;
     co.defines = defines_text;
     co.tables = tables_from_env(tables);
+    // A plan of one rank's neighbourhood generates that rank's kernel only.
+    co.rank = options.plan_rank;
     c->kernels.push_back(codegen::generate(p, co));
   }
   c->phases.add("codegen", clock.lap());

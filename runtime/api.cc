@@ -119,6 +119,9 @@ Kernel Kernel::from_string(const std::string& name, const std::string& text,
                    &std::cerr);
     }
   }
+  // One process per rank: this one plans its rank's neighbourhood and builds that rank's kernel
+  // (issue 35; MKC_PLAN=world: every rank's).
+  co.plan_rank = rt::planned_rank(world, [](const char* n) { return std::getenv(n); });
   impl->c = compiler::compile_file(
       file, co, defines_text, true,
       db.empty() ? nullptr : tune::tuned_from_db(db, file, co, dev.arch(), std::cerr));

@@ -214,6 +214,18 @@ int64_t ranks_per_node(const World& world, int64_t requested, const EnvFn& env) 
   return world.single_node() ? 0 : world.local_size;
 }
 
+int64_t planned_rank(const World& world, const EnvFn& env) {
+  const char* v = env("MKC_PLAN");
+  const std::string mode = v == nullptr ? "" : v;
+  if (mode != "" && mode != "rank" && mode != "world") {
+    throw UserError(fmt::format(
+        "MKC_PLAN={}: expected `rank` (a process of a launched job plans its own rank and builds "
+        "its kernel alone: the default) or `world` (every rank's plan, in every process)",
+        mode));
+  }
+  return world.size > 1 && mode != "world" ? world.rank : -1;
+}
+
 int job_size(const World& world, int requested) {
   if (requested < 0)
     throw UserError(fmt::format("{} ranks asked for: give a positive count", requested));

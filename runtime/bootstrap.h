@@ -61,6 +61,12 @@ struct Placement {
 // the job spans hosts; 0: the whole job is one node. A bad variable is a UserError.
 int64_t ranks_per_node(const World& world, int64_t requested, const EnvFn& env);
 
+// The rank this process plans and builds its kernel for (compiler::CheckOptions::plan_rank): under
+// a launcher (one process per rank) its own, so its compile does not grow with the world (issue
+// 35); -1, the whole world, when it runs every rank, or with MKC_PLAN=world (MKC_PLAN=rank, the
+// default, or unset: one rank). Another MKC_PLAN value is a UserError.
+int64_t planned_rank(const World& world, const EnvFn& env);
+
 // The world size asked for (`requested`; 0: the default, one rank per GPU) against the
 // launcher's: under a launcher a different count is a UserError naming both. Needs no GPU.
 int job_size(const World& world, int requested);

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "runtime/local_job_internal.h"
 #include "support/error.h"
@@ -65,6 +66,13 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
     }
     local_ = {w.rank};
   } else {
+    if (kernel.rank >= 0 && n > 1) {
+      throw UserError(fmt::format(
+          "kernel `{}` holds the tables of rank {} of {} alone (built with a rank: `mkc compile "
+          "--rank`, or a launched process's own), and this process runs every rank; build it "
+          "for the whole world",
+          kernel_, kernel.rank, n));
+    }
     if (n > gpus && !opts_.share_gpus) {
       throw UserError(fmt::format(
           "the plan is for {} ranks but this machine has {} GPU(s); compile with --ranks {}, or "
@@ -75,14 +83,47 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
   }
   // Before Hopper the GEMM tile is the mma.sync one, with its own (smaller) staging.
   if (device_info(0).cc_major < 9) smem_ = kernel.portable_smem;
-  const HeapLayout layout = heap_layout(plan_);
+  if (kernel.rank >= 0 && kernel.rank != local_.at(0)) {
+    throw UserError(fmt::format(
+        "kernel `{}` holds the tables of rank {} of {} alone, but this process runs rank {}: "
+        "every process builds its own rank's kernel",
+        kernel_, kernel.rank, n, local_.at(0)));
+  }
+  task_ids_ = kernel.task_ids;
+  kernel_tasks_ = kernel.task_count(plan_);
+  // What the processes must agree on, of which each one's plan may know only its own rank's part
+  // (a plan of its neighbourhood): every rank's counter array is as long as the most counters any
+  // rank has, and every rank runs a host proxy (their connection is collective) when any rank's
+  // tasks cross nodes (on a ring across two nodes, only the ranks at the nodes' ends do).
+  counters_ = plan_.max_counters();
+  proxied_ = plan_.has_edges_between_nodes();
+  if (group) {
+    struct Card {
+      int32_t counters;
+      int32_t crosses_nodes;
+    };
+    const Card mine{plan_.counters_of(local_.at(0)), proxied_ ? 1 : 0};
+    const std::vector<std::string> all =
+        group->all_gather(std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));
+    for (size_t r = 0; r < all.size(); ++r) {
+      Card theirs{};
+      if (all[r].size() != sizeof(theirs)) {
+        throw EnvironmentError(fmt::format(
+            "rank {} sent a {}-byte plan card, rank {} expects {}: are both the same mkc build?", r,
+            all[r].size(), local_.at(0), sizeof(theirs)));
+      }
+      std::memcpy(&theirs, all[r].data(), sizeof(theirs));
+      counters_ = std::max(counters_, static_cast<int>(theirs.counters));
+      proxied_ = proxied_ || theirs.crosses_nodes != 0;
+    }
+  }
+  const HeapLayout layout = heap_layout(plan_, counters_);
   offsets_ = layout.offsets;
   events_offset_ = layout.events_offset;
   proxy_head_offset_ = layout.proxy_head_offset;
   proxy_tail_offset_ = layout.proxy_tail_offset;
   proxy_events_offset_ = layout.proxy_events_offset;
   heap_bytes_ = layout.bytes;
-  proxied_ = plan_.has_edges_between_nodes();
 
   for (int r = 0; r < n; ++r) ranks_.push_back(std::make_unique<Rank>());
   // The device of each local rank, and how many of this process's ranks share it.
@@ -204,7 +245,7 @@ void LocalJob::set_trace(bool on) {
     Rank& rk = *ranks_[r];
     CtxScope scope(d, rk.ctx);
     if (on && !rk.trace) {
-      MKC_CU(d, cuMemAlloc, &rk.trace, std::max<size_t>(1, plan_.tasks.size()) * 16);
+      MKC_CU(d, cuMemAlloc, &rk.trace, std::max<size_t>(1, kernel_tasks_) * 16);
     } else if (!on && rk.trace) {
       d.cuMemFree(rk.trace);
       rk.trace = 0;
@@ -217,10 +258,17 @@ std::vector<uint64_t> LocalJob::trace(int rank) {
   Rank& rk = local(rank, "trace");
   synchronize();
   std::vector<uint64_t> out(plan_.tasks.size() * 2, 0);
-  if (!rk.trace || out.empty()) return out;
+  if (!rk.trace || kernel_tasks_ == 0) return out;
   CtxScope scope(d, rk.ctx);
   MKC_CU(d, cuStreamSynchronize, rk.stream);
-  MKC_CU(d, cuMemcpyDtoH, out.data(), rk.trace, out.size() * 8);
+  std::vector<uint64_t> got(kernel_tasks_ * 2, 0);
+  MKC_CU(d, cuMemcpyDtoH, got.data(), rk.trace, got.size() * 8);
+  // The kernel numbers its tasks its own way (a kernel of one rank: Generated::task_ids).
+  for (size_t t = 0; t < kernel_tasks_; ++t) {
+    const size_t p = task_ids_.empty() ? t : static_cast<size_t>(task_ids_[t]);
+    out[2 * p] = got[2 * t];
+    out[2 * p + 1] = got[2 * t + 1];
+  }
   return out;
 }
 

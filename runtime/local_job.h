@@ -139,13 +139,18 @@ class LocalJob {
 
   const plan::Plan& plan_;
   std::string kernel_;
+  // The kernel's tasks: the plan's index of each (a kernel of one rank, Generated::task_ids;
+  // empty: the plan's own numbering), and how many.
+  std::vector<int> task_ids_;
+  size_t kernel_tasks_ = 0;
+  int counters_ = 0;  // each rank's counter array: the most counters any rank of the job has
   int ctas_, threads_, smem_;
   LocalJobOptions opts_;
   uint64_t epoch_ = 0;
   std::vector<size_t> offsets_;  // each buffer's offset in the heap
   size_t events_offset_ = 0, proxy_head_offset_ = 0, heap_bytes_ = 0;
   size_t proxy_tail_offset_ = 0, proxy_events_offset_ = 0;
-  bool proxied_ = false;                             // the plan has edges between nodes
+  bool proxied_ = false;  // some rank's tasks cross nodes: every rank runs a proxy
   std::vector<std::unique_ptr<ProxyRank>> proxies_;  // [rank]: local ranks', when proxied_
   std::vector<std::unique_ptr<Rank>> ranks_;  // every rank of the world; the remote ones hold
                                               // only their heap's address as mapped here

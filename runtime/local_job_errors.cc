@@ -67,9 +67,12 @@ std::string launch_error_message(const abi::ErrorRecord& e, const plan::Plan& pl
 
 void LocalJob::raise_errors(const std::vector<int>& which) {
   for (int r : which) {
-    const abi::ErrorRecord e = *ranks_[r]->error;
+    abi::ErrorRecord e = *ranks_[r]->error;
     if (e.flag == 0) continue;
     std::memset(ranks_[r]->error, 0, sizeof(abi::ErrorRecord));
+    // A kernel of one rank numbers its tasks from 0 (Generated::task_ids): the plan's numbering.
+    if (!task_ids_.empty() && e.task >= 0)
+      e.task = e.task < static_cast<int>(task_ids_.size()) ? task_ids_[e.task] : -1;
     // A proxy that failed (a peer gone, a bad request) is usually why: say so.
     throw LaunchError(launch_error_message(e, plan_, opts_.file.get(), epoch_, opts_.timeout_ns) +
                       proxy_errors());

@@ -25,7 +25,7 @@ struct HeapCard {
 
 }  // namespace
 
-HeapLayout heap_layout(const plan::Plan& plan) {
+HeapLayout heap_layout(const plan::Plan& plan, int counters_per_rank) {
   auto align = [](size_t x) { return (x + 511) & ~size_t{511}; };
   HeapLayout h;
   for (const plan::Buffer& b : plan.buffers) {
@@ -34,7 +34,7 @@ HeapLayout heap_layout(const plan::Plan& plan) {
   }
   // Each rank's counters, numbered by slot (plan::Event): the array is as long as the most any
   // rank has, so the heaps stay symmetric.
-  const size_t counters = static_cast<size_t>(plan.max_counters());
+  const size_t counters = static_cast<size_t>(counters_per_rank);
   h.events_offset = h.bytes;
   h.proxy_head_offset = h.events_offset + counters * 8;
   h.proxy_tail_offset = h.proxy_head_offset + 64;

@@ -67,6 +67,7 @@ struct HeapLayout {
   size_t proxy_events_offset = 0;
   size_t bytes = 0;
 };
-HeapLayout heap_layout(const plan::Plan& plan);
+// `counters`: the length of every rank's counter array, the most counters any rank of the job has.
+HeapLayout heap_layout(const plan::Plan& plan, int counters);
 
 }  // namespace mkc::rt

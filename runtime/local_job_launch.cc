@@ -28,7 +28,7 @@ void LocalJob::enqueue(int r, CUstream stream) {
   args.tensor_maps = reinterpret_cast<const abi::TensorMap*>(rk.tensor_maps);
   args.heap = reinterpret_cast<const char*>(rk.heap);
   proxy_args(r, &args);
-  if (rk.trace) MKC_CU(d, cuMemsetD8Async, rk.trace, 0, plan_.tasks.size() * 16, stream);
+  if (rk.trace) MKC_CU(d, cuMemsetD8Async, rk.trace, 0, kernel_tasks_ * 16, stream);
   void* params[] = {&args};
   MKC_CU(d, cuLaunchKernel, rk.fn, static_cast<unsigned>(ctas_), 1, 1,
          static_cast<unsigned>(threads_), 1, 1, static_cast<unsigned>(smem_), stream, params,

@@ -30,7 +30,7 @@ namespace mkc::rt {
 void LocalJob::start_proxies() {
   const Driver& d = Driver::get();
   const int n = ranks();
-  const int num_events = plan_.max_counters();  // a proxy counter per slot (plan::Event)
+  const int num_events = counters_;  // a proxy counter per slot (plan::Event)
   proxies_.resize(n);
   for (int r : local_) {
     Rank& rk = *ranks_[r];

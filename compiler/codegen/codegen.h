@@ -32,6 +32,13 @@ struct CodegenOptions {
   // caches) the same whatever the plan's size. The pipeline takes it from MKC_TABLES.
   enum class Tables { kSource, kData };
   Tables tables = Tables::kSource;
+  // The kernel of one rank (issue 35): its tasks only, numbered from 0 in the plan's order
+  // (Generated::task_ids), its CTA lists and its tensor maps; the plan needs that rank's tasks
+  // (a plan of its neighbourhood will do: plan::LowerOptions::ranks). Launched with
+  // KernelArgs::rank = this rank, by a process running that rank alone. Tables as data are
+  // declared a power of two long, so ranks whose tables differ by a few entries share one source
+  // (and one cubin). -1: every rank's tables, the rank picked at launch.
+  int64_t rank = -1;
 };
 
 // One table of a kernel built with CodegenOptions::Tables::kData: a `__device__` array of the
@@ -74,6 +81,17 @@ struct Generated {
   // With CodegenOptions::Tables::kData: the tables to copy into the module, in the source's
   // order; empty when they are in the source.
   std::vector<TableImage> tables;
+  // The rank it was generated for (CodegenOptions::rank), or -1 for every rank; with a rank,
+  // task_ids[i] is the plan's index of the kernel's task i (the device's error record and trace
+  // number tasks the kernel's way). Empty for every rank: the kernel numbers tasks as the plan.
+  int64_t rank = -1;
+  std::vector<int> task_ids;
+  // The plan's index of the kernel's task t.
+  int plan_task(int t) const { return task_ids.empty() ? t : task_ids.at(t); }
+  // How many tasks the kernel holds.
+  size_t task_count(const plan::Plan& p) const {
+    return task_ids.empty() ? p.tasks.size() : task_ids.size();
+  }
 };
 
 Generated generate(const plan::Plan& plan, const CodegenOptions& options);

@@ -47,8 +47,8 @@ struct CheckOptions {
   bool clang_device_fns = false;
   // Plan one rank (0-based), not the world: the lowering, dependencies and scheduling of the ranks
   // within two steps of it (compiler/passes/neighbours.h), which give it the world's tasks,
-  // waits, signals and CTA lists (tests/compiler/rank_plan_test.cc). -1: every rank. Code
-  // generation for one rank is not built yet (issue 35), so the pipeline refuses it.
+  // waits, signals and CTA lists (tests/compiler/rank_plan_test.cc), and that rank's kernel only
+  // (codegen::CodegenOptions::rank), for a process that runs that rank alone. -1: every rank.
   int64_t plan_rank = -1;
 };
 

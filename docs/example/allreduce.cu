@@ -8,7 +8,7 @@ namespace {
 
 [[maybe_unused]] constexpr int kRanks = 2;
 constexpr int kBuffers = 2;
-constexpr int kCtas = 132;
+[[maybe_unused]] constexpr int kCtas = 132;
 
 // Buffers (index: name, element type, shape, placement):
 //   0: X bf16[131072] symmetric

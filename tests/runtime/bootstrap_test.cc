@@ -137,6 +137,26 @@ TEST_CASE("ranks_per_node: asked for, else $MKC_RANKS_PER_NODE, else the launche
   }
 }
 
+TEST_CASE("planned_rank: a launched process plans its own rank unless MKC_PLAN=world") {
+  const auto env = [](const char* v) {
+    return [v](const char* name) { return std::string(name) == "MKC_PLAN" ? v : nullptr; };
+  };
+  World alone;  // no launcher: this process runs every rank
+  World launched;
+  launched.size = launched.local_size = 8;
+  launched.rank = 5;
+  CHECK(planned_rank(alone, env(nullptr)) == -1);
+  CHECK(planned_rank(alone, env("rank")) == -1);
+  CHECK(planned_rank(launched, env(nullptr)) == 5);
+  CHECK(planned_rank(launched, env("")) == 5);
+  CHECK(planned_rank(launched, env("rank")) == 5);
+  CHECK(planned_rank(launched, env("world")) == -1);
+  for (const char* bad : {"ranks", "World", "1"}) {
+    CHECK_THROWS_WITH_AS(planned_rank(launched, env(bad)), doctest::Contains("MKC_PLAN="),
+                         UserError);
+  }
+}
+
 TEST_CASE("place_ranks: the launcher's size, the count asked for, GPUs and sharing") {
   const World alone;  // no launcher
   // One process: one rank per GPU by default; more ranks than GPUs only when sharing.

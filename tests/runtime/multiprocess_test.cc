@@ -91,6 +91,8 @@ GPU_TEST_CASE("mkc run under mkrun: each process runs, checks, times and traces 
   MESSAGE(cmd << "\n" << out);
   CHECK(rc == 0);
   CHECK(out.find("on 2 rank(s)") != std::string::npos);
+  // Each process planned its own rank and built that rank's kernel (MKC_PLAN unset: `rank`).
+  CHECK(out.find("in rank 0's own kernel") != std::string::npos);
   CHECK(out.find("check (rank 0): passed") != std::string::npos);
   CHECK(out.find("check (rank 1): passed") != std::string::npos);
   CHECK(out.find("us per launch (50 launches, 2 ranks") != std::string::npos);

@@ -40,6 +40,13 @@ Result run_cli(std::vector<std::string> args) {
   return {code, out.str(), err.str()};
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 std::string fresh_dir(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
   const std::string dir = std::string(base != nullptr ? base : "/tmp") + "/" + name;
@@ -219,8 +226,9 @@ TEST_CASE("without the Clang plugin, ptxas refusing the asm: exit 1, naming the 
 }
 
 // `--rank`: one rank's plan from its neighbourhood (the ranks within two steps), the same ranks at
-// every world size for a ring; out of range, or asked for a kernel, a clear error.
-TEST_CASE("compile --emit plan --rank: a rank planned with the ranks it needs, at any world size") {
+// every world size for a ring, and that rank's kernel alone (NVRTC compiles it without a
+// warning); out of range, a clear error.
+TEST_CASE("compile --rank: a rank planned with the ranks it needs, at any world size; its kernel") {
   const std::string out = fresh_dir("rank_plan");
   const std::vector<std::string> shape = {"-D", "S=8192", "-D", "H=1", "-D", "D=16"};
   for (const auto& [ranks, expected] : std::vector<std::pair<std::string, std::string>>{
@@ -246,11 +254,17 @@ TEST_CASE("compile --emit plan --rank: a rank planned with the ranks it needs, a
   CHECK_MESSAGE(
       r.err.find("--rank 8: schedule `ring_attention` has 8 ranks (0 to 7)") != std::string::npos,
       r.err);
-  args[3] = "cubin";
-  args[5] = "0";
+  args[3] = "cu,cubin";
+  args[5] = "5";
   r = run_cli(args);
-  CHECK(r.code != 0);
-  CHECK_MESSAGE(r.err.find("a kernel for one rank is not built yet") != std::string::npos, r.err);
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK_MESSAGE(
+      r.out.find("kernel mkc_ring_attention for rank 5 of 8, sm_90a") != std::string::npos, r.out);
+  CHECK_MESSAGE(r.err.find("warning") == std::string::npos, r.err);
+  CHECK(fs::file_size(out + "/ring_attention.cubin") > 1000);
+  const std::string cu = read_file(out + "/ring_attention.cu");
+  CHECK(cu.find("for one of 8 ranks") != std::string::npos);
+  CHECK(cu.find("const int first = kCtaStart[blockIdx.x];") != std::string::npos);
   r = run_cli({"compile", "samples/ring_attention.mks", "--emit", "plan", "--rank", "-1"});
   CHECK(r.code != 0);
   CHECK_MESSAGE(r.err.find("--rank -1: expected a rank, an integer from 0") != std::string::npos,

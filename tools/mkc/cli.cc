@@ -90,10 +90,11 @@ options (and -D, --ranks-per-node, --sms, --color as for `mkc check`):
                        are removed, so DIR never mixes two compiles
   --no-cache           compile even if the JIT cache has the kernel
   --verbose            print NVRTC's and ptxas's whole log (registers, wgmma serialisation)
-  --rank R             plan rank R alone (with --emit plan): the ranks within two steps of it
-                       are lowered, scheduled and written, which give R the world's tasks,
-                       waits and CTA lists, so the time does not grow with --ranks; a kernel for
-                       one rank is not built yet
+  --rank R             plan and build rank R alone: the ranks within two steps of it are
+                       lowered and scheduled, which give R the world's tasks, waits and CTA
+                       lists, so the time does not grow with --ranks; the kernel holds R's
+                       tables only and runs in a process that runs R alone (what `mkc run` and
+                       the API build under a launcher)
 
 The cubin holds the plan's tables, so it runs alone. `mkc run` and the API compile the tables as
 data instead (copied into the module at load: NVRTC's time does not grow with the plan);
@@ -134,7 +135,9 @@ constexpr const char* kRunUsage = R"(usage: mkc run [options] FILE
 
 Compiles and runs a schedule on this machine's GPUs, one rank per GPU (all from one process, or
 one rank per process under mkrun/torchrun/mpirun/srun). The schedule is checked before the CUDA
-driver is loaded: its mistakes are reported on any machine.
+driver is loaded: its mistakes are reported on any machine. Under a launcher each process plans
+its own rank (and the ranks within two steps of it) and builds that rank's kernel alone, so its
+compile does not grow with the job; MKC_PLAN=world makes every process plan every rank.
 
 options (and -D, --sms as for `mkc check`):
   --ranks N            ranks = GPUs to use (default: every GPU of the machine; under a
@@ -706,14 +709,17 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
       continue;
     }
     const codegen::Generated& g = c->kernels[k];
+    // "for 8 ranks", or "for rank 3 of 8" (--rank: the kernel holds that rank's tables only).
+    const std::string for_ranks = g.rank >= 0
+                                      ? fmt::format("rank {} of {}", g.rank, s.ranks)
+                                      : fmt::format("{} rank{}", s.ranks, s.ranks == 1 ? "" : "s");
     if (emit.count("cu")) files.write(".cu", g.source);
     if (emit.count("cubin") == 0 && emit.count("ptx") == 0) {
       files.finish();
       fmt::print(out,
-                 "{}: kernel {} for {} rank{}: roles {}, {} tasks, {} bytes of source (not "
+                 "{}: kernel {} for {}: roles {}, {} tasks, {} bytes of source (not "
                  "compiled: --emit has no cubin or ptx)\n",
-                 file, g.kernel_name, s.ranks, s.ranks == 1 ? "" : "s", roles_text(p),
-                 p.tasks.size(), g.source.size());
+                 file, g.kernel_name, for_ranks, roles_text(p), g.task_count(p), g.source.size());
       continue;
     }
     jit::JitOptions jo;
@@ -738,10 +744,10 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
     if (emit.count("ptx")) files.write(".ptx", j.ptx);
     files.finish();
     fmt::print(out,
-               "{}: kernel {} for {} rank{}, {}: {}, {}, {}, roles {}, {} tasks, {:.2f} s ({}), "
+               "{}: kernel {} for {}, {}: {}, {}, {}, roles {}, {} tasks, {:.2f} s ({}), "
                "planned in {:.3f} s\n",
-               file, g.kernel_name, s.ranks, s.ranks == 1 ? "" : "s", arch, registers_text(j),
-               spills_text(j), smem_text(j, g, arch), roles_text(p), p.tasks.size(), j.seconds,
+               file, g.kernel_name, for_ranks, arch, registers_text(j), spills_text(j),
+               smem_text(j, g, arch), roles_text(p), g.task_count(p), j.seconds,
                j.cache_hit ? "cache hit" : "cache miss", planned);
   }
   print_phases(phases, process.lap(), err);
@@ -936,6 +942,9 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       return rc;
     }
   }
+  // Under a launcher this process plans its own rank's neighbourhood and builds that rank's
+  // kernel (MKC_PLAN=world: every rank's, as a process running them all does).
+  f.check.plan_rank = rt::planned_rank(world, [](const char* n) { return std::getenv(n); });
   const auto c = front_end(file, f, err, term, true, tuned_hook(f, file, dev.arch(), err));
   if (c == nullptr) return kExitUserError;
   if (world.size > 1) group = std::make_unique<rt::Rendezvous>(world, std::chrono::seconds(120));
@@ -957,10 +966,14 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     rt::LocalJob job(p, j.cubin, g, lo);
     if (leader) {
       fmt::print(out,
-                 "{}: kernel {} on {} rank(s), {} ({} per process, {}) ({}, {} tasks, "
+                 "{}: kernel {} on {} rank(s), {} ({} per process, {}) ({}, {} tasks{}, "
                  "roles {}, compiled in {:.2f} s, {})\n",
                  f.files[0], g.kernel_name, job.ranks(), dev.name, job.local_ranks().size(),
-                 group ? world.source : "one process", registers_text(j), p.tasks.size(),
+                 group ? world.source : "one process", registers_text(j), g.task_count(p),
+                 g.rank >= 0 ? fmt::format(" in rank {}'s own kernel (each process plans and "
+                                           "builds its rank's)",
+                                           g.rank)
+                             : "",
                  roles_text(p), j.seconds, j.cache_hit ? "cache hit" : "cache miss");
       out.flush();
     }
