@@ -2,7 +2,7 @@
 """How a compile grows with the world size: time, peak memory and tasks per rank.
 
     python3 bench/compile_bench.py [--mkc bazel-bin/mkc] [--ranks 1,2,8,16,64]
-                                   [--modes plan,cold,warm] [--only NAME] [--csv FILE]
+                                   [--modes plan,rank,cold,own,warm,verify] [--only NAME] [--csv FILE]
 
 For every sample schedule (samples/*.mks, at its defaults) and every world size R, it runs
 `mkc compile` and measures the process: wall time, peak resident memory (wait4's ru_maxrss), the
@@ -12,10 +12,12 @@ Modes:
   plan   `--emit plan`: lowering, dependencies, scheduling and writing the plan's JSON
   rank   `--emit plan --rank 0`: the same for rank 0 alone (the ranks within two steps of it)
   cold   `--emit cubin --no-cache`: the whole compile, NVRTC included
+  own    `--emit cubin --no-cache --rank 0`: what one process of a launched job compiles, rank
+         0's plan (from the ranks within two steps) and its kernel alone, NVRTC included
   warm   `--emit cubin` after a cold one: planning, code generation and a JIT cache hit
   verify `mkc verify` at small shapes (samples/small_shapes.json): the whole-world plan with the
          verifier after every pass, and the CPU interpreter against the reference
-cold and warm compile what `mkc run` and the API compile (the plan's tables as data, copied in at
+cold, warm and own compile what `mkc run` and the API compile (the plan's tables as data, copied in at
 load); `--tables source` measures the self-contained cubin `mkc compile` writes by default.
 A compile mkc refuses (a limit it names) is a row with its one-line reason; one past --timeout
 is a row saying so. Then, per sample, a plot of time against R (text; the CSV draws with
@@ -40,6 +42,7 @@ MODES = {
     "plan": ["compile", "--emit", "plan"],
     "rank": ["compile", "--emit", "plan", "--rank", "0"],
     "cold": ["compile", "--emit", "cubin", "--no-cache"],
+    "own": ["compile", "--emit", "cubin", "--no-cache", "--rank", "0"],
     "warm": ["compile", "--emit", "cubin"],
     "verify": ["verify"],
 }
@@ -110,7 +113,8 @@ def measure(args, sample, ranks, mode, env, out_dir):
     m = re.search(r"(\d+) tasks", out + err)
     if m:
         # A rank's plan holds the tasks of the ranks it needs too ("with the tasks of ranks 0, 2").
-        planned = ranks
+        # A kernel of one rank counts that rank's tasks.
+        planned = 1 if mode == "own" else ranks
         near = re.search(r"with the tasks of ranks? ([0-9, ]+|none) it needs", out)
         if near:
             planned = 1 + len(re.findall(r"\d+", near.group(1)))
@@ -151,7 +155,7 @@ def main():
     ap.add_argument("--ranks", default="1,2,8,16,64", help="world sizes (default %(default)s)")
     ap.add_argument("--per-node", type=int, default=8,
                     help="ranks per node above this many ranks (default %(default)s)")
-    ap.add_argument("--modes", default="plan,cold,warm", help="plan, rank, cold, warm, verify (comma-separated; default %(default)s)")
+    ap.add_argument("--modes", default="plan,cold,warm", help="plan, rank, cold, own, warm, verify (comma-separated; default %(default)s)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per compile")
     ap.add_argument("--tables", default="data", choices=["data", "source"],
                     help="where the plan's tables go (MKC_TABLES): data, what a run compiles "
@@ -170,7 +174,7 @@ def main():
     modes = args.modes.split(",")
     for m in modes:
         if m not in MODES:
-            sys.exit(f"compile_bench: --modes: unknown mode `{m}` (plan, rank, cold, warm, verify)")
+            sys.exit(f"compile_bench: --modes: unknown mode `{m}` (plan, rank, cold, own, warm, verify)")
     if "warm" in modes and "cold" in modes:
         modes = [m for m in modes if m != "warm"] + ["warm"]  # warm needs the cold one's entry
     samples = sorted(s for s in glob.glob(os.path.join(args.samples, "*.mks"))

@@ -73,6 +73,26 @@ TEST_CASE("compile_bench: a row per sample, world size and mode; a refused sched
   CHECK_MESSAGE(out.find("gemm_allreduce             3 plan") != std::string::npos, out);
   CHECK(out.find("R=3") != std::string::npos);  // the text plot
 
+  // `own`: one rank's kernel, NVRTC included; its tasks are that rank's.
+  const std::string own_csv = dir + "/own.csv";
+  const auto [orc, oout] = run_command(fmt::format(
+      "python3 bench/compile_bench.py --mkc ./mkc --only allgather --ranks 4 --modes own "
+      "--timeout 120 --csv {}",
+      own_csv));
+  REQUIRE_MESSAGE(orc == 0, oout);
+  const std::vector<std::string> own = lines_of(own_csv);
+  REQUIRE_MESSAGE(own.size() == 3, oout);  // allgather and allgather_gemm
+  for (size_t i = 1; i < own.size(); ++i) {
+    CHECK_MESSAGE(own[i].find(",4,own,") != std::string::npos, own[i]);
+    CHECK_MESSAGE(own[i].substr(own[i].size() - 3) == ",ok", own[i]);
+    // tasks and tasks_per_rank are the same number: the kernel holds rank 0's tasks only.
+    const size_t end = own[i].rfind(',');
+    const size_t per = own[i].rfind(',', end - 1);
+    const size_t tasks = own[i].rfind(',', per - 1);
+    CHECK_MESSAGE(
+        own[i].substr(tasks + 1, per - tasks - 1) == own[i].substr(per + 1, end - per - 1), own[i]);
+  }
+
   // A schedule mkc refuses: a row with its reason, not a failed bench.
   const std::string bad_dir = dir + "/bad_samples";
   REQUIRE(run_command("mkdir -p " + bad_dir).first == 0);
