@@ -82,8 +82,10 @@ class Deriver {
         for (const Box& b : *boxes) {
           const auto [first, end] = flat_span(p_.buffers[b.buffer], b);
           LiveSpanIndex<Access>& idx = frontier_[{b.rank, b.buffer, b.scatter ? task.op : -1}];
-          own_[t].push_back(
-              {&idx, idx.add(first, end, Access{static_cast<int>(t), &b, boxes == &task.writes})});
+          const bool write = boxes == &task.writes;
+          // Marked: a peer's write into this rank, what retire_awaited looks for.
+          own_[t].push_back({&idx, idx.add(first, end, Access{static_cast<int>(t), &b, write},
+                                           write && b.rank != task.rank)});
         }
       }
     }
@@ -431,7 +433,7 @@ class Deriver {
         for (const auto& [scatter_op, index] : it->second) {
           if (!may_be_awaited(scatter_op)) continue;
           LiveSpanIndex<Access>* idx = index;  // not a structured binding: captured below
-          idx->overlapping(first, end, [&](size_t other) {
+          idx->overlapping_marked(first, end, [&](size_t other) {
             const Access& a = idx->entry(other).value;
             if (a.task != t && a.write && a.box->rank != p_.tasks[a.task].rank &&
                 contains(mine, *a.box) && ordered(a.task, t))

@@ -74,7 +74,9 @@ class SpanIndex {
 };
 
 // The same over a fixed set of spans, each alive or not: queries see only the live ones, and
-// entries are switched on and off in O(log n). All spans are added (dead) before finish().
+// entries are switched on and off in O(log n). All spans are added (dead) before finish(). Entries
+// added `marked` can also be queried alone (overlapping_marked), in time that grows with the
+// marked ones only: the dependency pass looks for peers' writes among every task's accesses.
 template <typename Payload>
 class LiveSpanIndex {
  public:
@@ -82,10 +84,11 @@ class LiveSpanIndex {
     int64_t first, end;
     Payload value;
     bool alive = false;
+    bool marked = false;
   };
   // Returns the entry's handle, valid after finish().
-  size_t add(int64_t first, int64_t end, Payload v) {
-    entries_.push_back(Entry{first, end, v, false});
+  size_t add(int64_t first, int64_t end, Payload v, bool marked = false) {
+    entries_.push_back(Entry{first, end, v, false, marked});
     return entries_.size() - 1;
   }
   void finish() {
@@ -98,14 +101,14 @@ class LiveSpanIndex {
     size_ = 1;
     while (size_ < entries_.size()) size_ *= 2;
     max_end_.assign(2 * size_, INT64_MIN);
+    max_end_marked_.assign(2 * size_, INT64_MIN);
   }
   void set_alive(size_t handle, bool alive) {
     Entry& e = entries_[handle];
     if (e.alive == alive) return;
     e.alive = alive;
-    size_t i = size_ + slot_[handle];
-    max_end_[i] = alive ? e.end : INT64_MIN;
-    for (i /= 2; i >= 1; i /= 2) max_end_[i] = std::max(max_end_[2 * i], max_end_[2 * i + 1]);
+    update(max_end_, size_ + slot_[handle], alive ? e.end : INT64_MIN);
+    if (e.marked) update(max_end_marked_, size_ + slot_[handle], alive ? e.end : INT64_MIN);
   }
   bool alive(size_t handle) const { return entries_[handle].alive; }
   const Entry& entry(size_t handle) const { return entries_[handle]; }
@@ -116,25 +119,40 @@ class LiveSpanIndex {
         std::lower_bound(order_.begin(), order_.end(), end,
                          [&](size_t h, int64_t v) { return entries_[h].first < v; }) -
         order_.begin());
-    if (n > 0) visit(1, 0, size_, n, first, fn);
+    if (n > 0) visit(max_end_, 1, 0, size_, n, first, fn);
+  }
+  // The same for the live entries added marked.
+  template <typename F>
+  void overlapping_marked(int64_t first, int64_t end, F&& fn) const {
+    const size_t n = static_cast<size_t>(
+        std::lower_bound(order_.begin(), order_.end(), end,
+                         [&](size_t h, int64_t v) { return entries_[h].first < v; }) -
+        order_.begin());
+    if (n > 0) visit(max_end_marked_, 1, 0, size_, n, first, fn);
   }
 
  private:
+  static void update(std::vector<int64_t>& tree, size_t i, int64_t end) {
+    tree[i] = end;
+    for (i /= 2; i >= 1; i /= 2) tree[i] = std::max(tree[2 * i], tree[2 * i + 1]);
+  }
   template <typename F>
-  void visit(size_t node, size_t lo, size_t hi, size_t n, int64_t first, F& fn) const {
-    if (lo >= n || max_end_[node] <= first) return;
+  void visit(const std::vector<int64_t>& tree, size_t node, size_t lo, size_t hi, size_t n,
+             int64_t first, F& fn) const {
+    if (lo >= n || tree[node] <= first) return;
     if (hi - lo == 1) {
       fn(order_[lo]);
       return;
     }
     const size_t mid = (lo + hi) / 2;
-    visit(2 * node, lo, mid, n, first, fn);
-    visit(2 * node + 1, mid, hi, n, first, fn);
+    visit(tree, 2 * node, lo, mid, n, first, fn);
+    visit(tree, 2 * node + 1, mid, hi, n, first, fn);
   }
   std::vector<Entry> entries_;
-  std::vector<size_t> order_;  // entries by first
-  std::vector<size_t> slot_;   // entry -> its place in order_
-  std::vector<int64_t> max_end_;
+  std::vector<size_t> order_;            // entries by first
+  std::vector<size_t> slot_;             // entry -> its place in order_
+  std::vector<int64_t> max_end_;         // over the live entries
+  std::vector<int64_t> max_end_marked_;  // over the live marked entries
   size_t size_ = 1;
 };
 
