@@ -2,7 +2,8 @@
 // each binds its rank through the rendezvous and maps the others' symmetric heaps through CUDA IPC.
 // On a machine with fewer GPUs than ranks the processes share GPUs (their kernels take turns in
 // time slices), which tests the protocol, not the speed. Every collective sample is checked on
-// every rank before and after 200 back-to-back launches; a rank that skips its launch makes the
+// every rank before and after 200 back-to-back launches (each process building its own rank's
+// kernel, also across two emulated nodes of 8); a rank that skips its launch makes the
 // others time out naming the edge, and fresh kernels work afterwards. Skipped without a GPU.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -97,6 +98,24 @@ GPU_TEST_CASE("mkc run under mkrun: each process runs, checks, times and traces 
   CHECK(out.find("check (rank 1): passed") != std::string::npos);
   CHECK(out.find("us per launch (50 launches, 2 ranks") != std::string::npos);
   CHECK(out.find("written to /tmp/mkc_mp_trace.json") != std::string::npos);
+}
+
+// Each process plans its own rank and builds that rank's kernel (MKC_PLAN unset). On a ring of
+// 16 across two nodes of 8 only the nodes' end ranks have tasks that cross nodes; the middle
+// ranks' plans (their neighbourhoods) have none, yet every rank must start its proxy, whose
+// connection is collective: a middle rank that did not left the end ranks waiting ("rank 2's
+// proxy sent no sizes"; found on the GPU, 2026-12-05).
+GPU_TEST_CASE("mkc run under mkrun, 16 processes as 2 nodes of 8: each builds its own rank") {
+  const std::string cmd = fmt::format(
+      "{} -n 16 {} run samples/ring_attention.mks -D B=1 -D S=2048 -D H=1 -D D=16 "
+      "--ranks-per-node 8 --share-gpus --check --timeout-ms 60000",
+      kMkrun, kMkc);
+  const auto [rc, out] = run_command(cmd);
+  MESSAGE(cmd << "\n" << out);
+  CHECK(rc == 0);
+  CHECK(out.find("in rank 0's own kernel") != std::string::npos);
+  for (int r = 0; r < 16; ++r)
+    CHECK(out.find(fmt::format("check (rank {}): passed", r)) != std::string::npos);
 }
 
 }  // namespace
