@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <limits>
 
 #include "compiler/passes/lowerer.h"
 #include "compiler/passes/schedule.h"
@@ -402,12 +403,19 @@ void Lowerer::lower_attention(int i) {
     }
   }
   const auto position = std::find(group.begin(), group.end(), i) - group.begin();
-  // Whether instance j of the group sees any key of the query tile ending at q1 on rank r.
-  const auto sees = [&](int j, int64_t r, int64_t q1) {
+  // The first query row (exclusive end q1) instance j of the group sees keys from on rank r:
+  // instance j sees a key of the tile ending at q1 when q1 > that. Evaluated once per instance
+  // and rank (the schedule's expressions; cached across the group's instances), not per tile: a
+  // causal ring's group has 2R instances.
+  const auto sees_from = [&](int j, int64_t r) -> int64_t {
+    const auto [it, added] = sees_from_.emplace(std::make_tuple(j, r, Sq), 0);
+    if (!added) return it->second;
     const OpInstance& m = s_.ops[j];
-    if (!(m.ints.count("causal") && m.ints.at("causal"))) return true;
     const size_t mn = m.inputs[1].shape.size();
-    return q1 + compiler::causal_offset(m, r, s_, Sq, m.inputs[1].shape[mn - 2]) > 0;
+    it->second = m.ints.count("causal") && m.ints.at("causal")
+                     ? -compiler::causal_offset(m, r, s_, Sq, m.inputs[1].shape[mn - 2])
+                     : std::numeric_limits<int64_t>::min();
+    return it->second;
   };
   // The device's [L, S, D] view of a [..., S, D] one.
   const auto flat = [&](View v) {
@@ -443,11 +451,13 @@ void Lowerer::lower_attention(int i) {
     // first and last when none does.
     std::vector<std::array<bool, 3>> ends(tiles, std::array<bool, 3>{first, last, false});
     if (!group.empty()) {
+      std::vector<int64_t> from(group.size());
+      for (size_t g = 0; g < group.size(); ++g) from[g] = sees_from(group[g], r);
       for (int64_t k = 0; k < tiles; ++k) {
         const int64_t q1 = std::min(Sq, (k + 1) * bq);
         int64_t f = -1, e = -1;
         for (size_t g = 0; g < group.size(); ++g) {
-          if (!sees(group[g], r, q1)) continue;
+          if (q1 <= from[g]) continue;
           if (f < 0) f = static_cast<int64_t>(g);
           e = static_cast<int64_t>(g);
         }

@@ -16,6 +16,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -113,6 +114,10 @@ class Lowerer {
   std::vector<int64_t> rank_tasks_;                 // tasks per rank so far
   int64_t entries_ = 0;                             // views and boxes of all tasks so far
   std::vector<char> lowered_;                       // rank -> lowered (empty: every rank)
+  // (attention instance, rank, query rows) -> the query row from which it sees keys
+  // (lower_attention): each instance of a merge group (2R of a causal ring) asks it of every other,
+  // per rank.
+  std::map<std::tuple<int, int64_t, int64_t>, int64_t> sees_from_;  // (.., .., its Sq)
 };
 
 // abi::ReduceOp of a reduction's name.
