@@ -141,17 +141,12 @@ void check_part_of_world(const plan::Plan& p, const Generated& mine, const Gener
 }
 
 TEST_CASE("a rank's kernel from its neighbourhood is its part of the world's, every sample") {
-  const auto shapes = testing::small_shapes();
   int checked = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("samples")) {
-    if (entry.path().extension() != ".mks") continue;
-    const std::string name = entry.path().stem().string();
-    const auto s = shapes.find(name);
-    REQUIRE_MESSAGE(s != shapes.end(), name << " has no small shape");
+  for (const auto& [name, defines] : testing::samples_at_small_shapes()) {
     for (const auto& [ranks, per_node] :
          std::vector<std::pair<int64_t, int64_t>>{{1, 0}, {2, 0}, {4, 0}, {8, 0}, {4, 2}, {8, 4}}) {
       INFO(name << " at R " << ranks << ", " << (per_node ? per_node : ranks) << " per node");
-      const auto whole = plan_of(name, ranks, per_node, s->second, -1);
+      const auto whole = plan_of(name, ranks, per_node, defines, -1);
       const Generated world = generate(*whole, -1);
       std::set<std::string> sources;
       std::map<std::vector<std::string>, std::set<std::string>> by_classes;
@@ -162,7 +157,7 @@ TEST_CASE("a rank's kernel from its neighbourhood is its part of the world's, ev
         by_classes[classes(from_world.source)].insert(from_world.source);
         if (r != 0 && r != ranks / 2 + 1 && r != ranks - 1) continue;
         check_part_of_world(whole->plans[0], from_world, world, r);
-        const auto near = plan_of(name, ranks, per_node, s->second, r);
+        const auto near = plan_of(name, ranks, per_node, defines, r);
         const Generated alone = generate(*near, r);
         REQUIRE(alone.source == from_world.source);
         REQUIRE(alone.tables.size() == from_world.tables.size());

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -20,6 +21,21 @@ inline std::map<std::string, std::map<std::string, int64_t>> small_shapes() {
   std::map<std::string, std::map<std::string, int64_t>> out;
   for (const auto& [sample, values] : j.at("shapes").items()) {
     for (const auto& [name, v] : values.items()) out[sample][name] = v.get<int64_t>();
+  }
+  return out;
+}
+
+// Every sample (samples/*.mks, by name) with its small shape, in name order; a sample the file
+// gives no shape fails the test.
+inline std::map<std::string, std::map<std::string, int64_t>> samples_at_small_shapes() {
+  const auto shapes = small_shapes();
+  std::map<std::string, std::map<std::string, int64_t>> out;
+  for (const auto& entry : std::filesystem::directory_iterator("samples")) {
+    if (entry.path().extension() != ".mks") continue;
+    const std::string name = entry.path().stem().string();
+    const auto s = shapes.find(name);
+    REQUIRE_MESSAGE(s != shapes.end(), name << " has no small shape");
+    out[name] = s->second;
   }
   return out;
 }
