@@ -66,13 +66,6 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
     }
     local_ = {w.rank};
   } else {
-    if (kernel.rank >= 0 && n > 1) {
-      throw UserError(fmt::format(
-          "kernel `{}` holds the tables of rank {} of {} alone (built with a rank: `mkc compile "
-          "--rank`, or a launched process's own), and this process runs every rank; build it "
-          "for the whole world",
-          kernel_, kernel.rank, n));
-    }
     if (n > gpus && !opts_.share_gpus) {
       throw UserError(fmt::format(
           "the plan is for {} ranks but this machine has {} GPU(s); compile with --ranks {}, or "
@@ -83,11 +76,13 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
   }
   // Before Hopper the GEMM tile is the mma.sync one, with its own (smaller) staging.
   if (device_info(0).cc_major < 9) smem_ = kernel.portable_smem;
-  if (kernel.rank >= 0 && kernel.rank != local_.at(0)) {
+  if (kernel.rank >= 0 && local_ != std::vector<int>{static_cast<int>(kernel.rank)}) {
     throw UserError(fmt::format(
-        "kernel `{}` holds the tables of rank {} of {} alone, but this process runs rank {}: "
-        "every process builds its own rank's kernel",
-        kernel_, kernel.rank, n, local_.at(0)));
+        "kernel `{}` holds the tables of rank {} of {} alone (built with a rank: `mkc compile "
+        "--rank`, or a launched process's own), but this process runs {}; build the kernel of "
+        "the ranks it runs",
+        kernel_, kernel.rank, n,
+        local_.size() == 1 ? fmt::format("rank {}", local_[0]) : std::string("every rank")));
   }
   task_ids_ = kernel.task_ids;
   kernel_tasks_ = kernel.task_count(plan_);

@@ -86,8 +86,6 @@ struct Generated {
   // number tasks the kernel's way). Empty for every rank: the kernel numbers tasks as the plan.
   int64_t rank = -1;
   std::vector<int> task_ids;
-  // The plan's index of the kernel's task t.
-  int plan_task(int t) const { return task_ids.empty() ? t : task_ids.at(t); }
   // How many tasks the kernel holds.
   size_t task_count(const plan::Plan& p) const {
     return task_ids.empty() ? p.tasks.size() : task_ids.size();

@@ -115,23 +115,24 @@ class LiveSpanIndex {
   // Calls fn(handle) for every live entry whose span overlaps [first, end).
   template <typename F>
   void overlapping(int64_t first, int64_t end, F&& fn) const {
-    const size_t n = static_cast<size_t>(
-        std::lower_bound(order_.begin(), order_.end(), end,
-                         [&](size_t h, int64_t v) { return entries_[h].first < v; }) -
-        order_.begin());
-    if (n > 0) visit(max_end_, 1, 0, size_, n, first, fn);
+    query(max_end_, first, end, fn);
   }
   // The same for the live entries added marked.
   template <typename F>
   void overlapping_marked(int64_t first, int64_t end, F&& fn) const {
+    query(max_end_marked_, first, end, fn);
+  }
+
+ private:
+  // fn(handle) for the entries that start before `end` and that `tree` says end after `first`.
+  template <typename F>
+  void query(const std::vector<int64_t>& tree, int64_t first, int64_t end, F& fn) const {
     const size_t n = static_cast<size_t>(
         std::lower_bound(order_.begin(), order_.end(), end,
                          [&](size_t h, int64_t v) { return entries_[h].first < v; }) -
         order_.begin());
-    if (n > 0) visit(max_end_marked_, 1, 0, size_, n, first, fn);
+    if (n > 0) visit(tree, 1, 0, size_, n, first, fn);
   }
-
- private:
   static void update(std::vector<int64_t>& tree, size_t i, int64_t end) {
     tree[i] = end;
     for (i /= 2; i >= 1; i /= 2) tree[i] = std::max(tree[2 * i], tree[2 * i + 1]);
