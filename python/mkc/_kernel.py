@@ -5,7 +5,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from . import _lib, _symmetric, _tensors
+from . import _capture, _lib, _symmetric, _tensors
 from ._errors import MkcError, ScheduleError
 
 
@@ -133,6 +133,7 @@ class Kernel:
         self._text, self._defines, self._group = text, defines, group
         self._handle = None
         self._bound = {}
+        self._err = ctypes.create_string_buffer(16384)  # each call's error text (one per kernel)
 
     def __repr__(self):
         return (f"<mkc.Kernel {self.schedule} for {self.ranks} rank(s): "
@@ -179,7 +180,7 @@ class Kernel:
         return self._handle
 
     def _call(self, fn, *args, what):
-        err = ctypes.create_string_buffer(16384)
+        err = self._err
         if fn(*args, err, len(err)) != 0:
             raise MkcError(f"mkc {what}: {err.value.decode(errors='replace')}")
 
@@ -187,6 +188,7 @@ class Kernel:
         """The kernel reads and writes `tensor` as the schedule's `name` (of `rank`, default this
         process's) from the next launch on; no copy."""
         ptr = self.check(name, tensor)
+        _capture.refuse(f"bind {name}")  # a bind waits for the launches in flight
         rank = self.rank if rank is None else rank
         lib = _lib.lib()
         self._call(lib.mkc_bind, self._gpu(), name.encode(), rank, ctypes.c_void_p(ptr),
@@ -196,21 +198,25 @@ class Kernel:
     def launch(self, stream=None, **tensors):
         """Binds `tensors` (by the schedule's names) and enqueues one launch of every local rank on
         `stream` (a CUDA stream handle, a torch.cuda.Stream; default the framework's current
-        stream)."""
+        stream). Refused (MkcError) on a stream that captures a CUDA graph: mkc/_capture.py says
+        why."""
+        handle = _stream_handle(stream)
+        _capture.refuse("launch", handle)
         for name, t in tensors.items():
             self.bind(name, t)
-        lib = _lib.lib()
-        self._call(lib.mkc_launch_async, self._gpu(), ctypes.c_void_p(_stream_handle(stream)),
+        self._call(_lib.lib().mkc_launch_async, self._gpu(), ctypes.c_void_p(handle),
                    what="launch")
 
     __call__ = launch
 
     def synchronize(self):
+        _capture.refuse("synchronize")
         lib = _lib.lib()
         self._call(lib.mkc_synchronize, self._gpu(), what="synchronize")
 
     def trace(self, path):
         """One traced launch (waits for it), written to `path` as Chrome/Perfetto JSON."""
+        _capture.refuse("trace")
         lib = _lib.lib()
         self._call(lib.mkc_trace, self._gpu(), path.encode(), what="trace")
 
@@ -218,6 +224,8 @@ class Kernel:
         """The device address of `name` (of `rank`) the kernel uses: for symmetric tensors the
         job's heap."""
         self.spec(name)
+        if self._handle is None:
+            _capture.refuse(f"data {name}")  # the first GPU call sets the kernel up there
         lib = _lib.lib()
         out = ctypes.c_void_p()
         self._call(lib.mkc_data, self._gpu(), name.encode(), self.rank if rank is None else rank,
@@ -233,6 +241,12 @@ class Kernel:
         _symmetric.require_symmetric(spec)
         return _symmetric.to_framework(
             _symmetric.SymmetricArray(spec, self.data_ptr(name, rank), self, rank))
+
+    def as_torch_op(self, name, *, outputs=None, bind=()):
+        """This kernel as a PyTorch custom operator `name` ("namespace::op"), for torch.compile:
+        mkc.torch_op(self, ...) (mkc/_torch_op.py says what it does)."""
+        from ._torch_op import torch_op
+        return torch_op(self, name, outputs=outputs, bind=bind)
 
     def close(self):
         if self._handle is not None:

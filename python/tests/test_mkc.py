@@ -5,7 +5,9 @@ import ctypes
 import os
 import subprocess
 import sys
+import types
 import unittest
+from unittest import mock
 
 import mkc
 from mkc._tensors import _DLDataType, _DLDevice  # the package's own DLPack layout
@@ -189,6 +191,103 @@ class SymmetricTest(unittest.TestCase):
             self.k.symmetric("Z")
         with self.assertRaises(mkc.TensorError):
             mkc.SymmetricArray(self.k.tensors["C"], 0, self.k, 0)  # no memory for that rank
+
+
+def fake_torch(capturing):
+    """A stand-in for the `torch` module, as far as mkc's capture check reads it."""
+    cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                                 is_current_stream_capturing=lambda: capturing,
+                                 current_stream=lambda: types.SimpleNamespace(cuda_stream=0))
+    return types.SimpleNamespace(cuda=cuda)
+
+
+class TorchOpTest(unittest.TestCase):
+    """mkc.torch_op's checks, which come before PyTorch is imported (the op itself waits for a
+    GPU: python/tests/gpu_torch.py)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.k = mkc.compile(GEMM_AR, ranks=1, M=128, N=256, K=64)
+
+    def assertBad(self, exc, *words, **kwargs):
+        kwargs.setdefault("name", "mylib::gemm_ar")
+        with self.assertRaises(exc) as cm:
+            mkc.torch_op(self.k, **kwargs)
+        for w in words:
+            self.assertIn(w, str(cm.exception))
+
+    def test_without_torch_it_says_so(self):
+        with mock.patch.dict(sys.modules, {"torch": None}):  # `import torch` fails
+            for make in (lambda: mkc.torch_op(self.k, "mylib::gemm_ar", outputs=("C",)),
+                         lambda: self.k.as_torch_op("mylib::gemm_ar")):
+                with self.assertRaises(mkc.MkcError) as cm:
+                    make()
+                self.assertIn("needs PyTorch", str(cm.exception))
+
+    def test_names_are_namespace_and_op(self):
+        for bad in ("tp_linear", "mylib::", "my lib::op", "a::b::c", 3):
+            self.assertBad(ValueError, "namespace::op", name=bad)
+
+    def test_outputs_must_be_the_schedules_outputs(self):
+        self.assertBad(KeyError, "no tensor `D`", "A, B, C", outputs=("D",))
+        self.assertBad(ValueError, "`A`, of kind input", "outputs are C", outputs=("C", "A"))
+        self.assertBad(ValueError, "twice", outputs=("C", "C"))
+        self.assertBad(ValueError, "no output", outputs=())
+
+    def test_bind_takes_inputs_only(self):
+        self.assertBad(ValueError, "bind= names `C`", bind=("C",))
+        self.assertBad(KeyError, "no tensor `W`", bind="W")
+        k = mkc.compile("schedule s {\n  input X : f32[64] symmetric\n  output Y : f32[64]\n"
+                        "  compute c = copy(X -> Y)\n}\n")
+        with self.assertRaises(ValueError) as cm:
+            mkc.torch_op(k, "mylib::copy", bind=("X",))
+        self.assertIn("symmetric", str(cm.exception))
+
+    def test_one_rank_per_process(self):
+        k = mkc.compile(GEMM_AR, ranks=2, M=128, N=256, K=64)
+        with self.assertRaises(ValueError) as cm:
+            mkc.torch_op(k, "mylib::gemm_ar")
+        self.assertIn("group=", str(cm.exception))
+
+    def test_the_ops_arguments_are_the_schedules_inputs(self):
+        from mkc._torch_op import _arg_names, _plan
+        inputs, outputs, bound = _plan(self.k, "mylib::gemm_ar", None, "B")
+        self.assertEqual([s.name for s in inputs], ["A", "B"])
+        self.assertEqual([s.name for s in outputs], ["C"])
+        self.assertEqual(bound, {"B"})
+        spec = mkc.TensorSpec
+        self.assertEqual(_arg_names([spec("A", "f32", (1,), "input", False),
+                                     spec("in", "f32", (1,), "input", False)]), ["A", "in1"])
+
+
+class CaptureTest(unittest.TestCase):
+    """Launches refuse CUDA graph capture (mkc/_capture.py says why), before any CUDA call."""
+
+    def setUp(self):
+        self.k = mkc.compile("schedule s {\n  input X : f32[64]\n  output Y : f32[64]\n"
+                             "  compute c = copy(X -> Y)\n}\n")
+
+    def test_graphs_are_not_supported(self):
+        self.assertFalse(mkc.CUDA_GRAPHS)
+
+    def test_every_gpu_call_refuses_a_capture(self):
+        with mock.patch.dict(sys.modules, {"torch": fake_torch(capturing=True)}):
+            for call in (self.k.launch, self.k.synchronize, lambda: self.k.data_ptr("Y"),
+                         lambda: self.k.trace("t.json"),
+                         lambda: self.k.launch(stream=0)):
+                with self.assertRaises(mkc.MkcError) as cm:
+                    call()
+                self.assertIn("cannot be captured into a CUDA graph", str(cm.exception))
+                self.assertIn("epoch", str(cm.exception))
+        self.assertIsNone(self.k._handle)  # refused before the kernel went to the GPU
+
+    @unittest.skipIf(os.path.exists("/dev/nvidia0"), "a GPU is present")
+    def test_no_capture_no_refusal(self):
+        with mock.patch.dict(sys.modules, {"torch": fake_torch(capturing=False)}):
+            with self.assertRaises(mkc.MkcError) as cm:
+                self.k.launch()
+            self.assertNotIn("CUDA graph", str(cm.exception))
+            self.assertIn("GPU", str(cm.exception))
 
 
 class LibraryTest(unittest.TestCase):
