@@ -45,7 +45,7 @@ struct TunableGemm {
 };
 std::vector<TunableGemm> tunable_gemms(const compiler::CheckedSchedule& s, int64_t compute_ctas);
 
-// Microseconds per launch of the schedule compiled with `knobs` (ops not named: the rule's).
+// Microseconds per launch of the schedule compiled with `knobs` (ops not named: the model's pick).
 using Measure = std::function<double(const Knobs& knobs)>;
 
 struct SearchOptions {
@@ -53,7 +53,7 @@ struct SearchOptions {
   double budget_s = 600;  // stop measuring new candidates after this long (the best so far wins)
 };
 
-// One operation at a time, the others at their best so far: the rule's choice first (the
+// One operation at a time, the others at their best so far: the compiler's own pick first (the
 // baseline), then the model's best candidates; the fastest measured wins. A progress line per
 // measurement on `progress`. The entry's `us` is the best kernel time measured.
 Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure,

@@ -8,22 +8,34 @@
 namespace mkc::tune {
 namespace {
 
-// An H200: 132 SMs at about 780 TFLOP/s dense bf16 together (cuBLAS 8192^3 reaches 778), 4.8 TB/s
-// of HBM of which a kernel's loads see about 4.0 TB/s.
-constexpr double kSmFlops = 780e12 / 132;
-constexpr double kHbmBytesPerUs = 4.0e6;
+// Fitted to issue 36's sweep on an H100 (132 SMs; 2026-12-05, `gemm_bench --sweep --tune 3`,
+// docs/RESULTS.md): the 132 measured (shape, tile, split) points of 33 shapes, where these
+// constants pick a candidate within 2% of the fastest measured on 32 of the 33 (4096 x 1280 x
+// 8192: 9% slower) and predict a point within 12% on average (the H200 peak figures before: 46%).
+// Tensor cores: about 780 TFLOP/s dense bf16 over 132 SMs (cuBLAS 8192^3 reaches 760-780).
+constexpr double kSmFlopsPerUs = 780e6 / 132;
 // Share of an SM's tensor-core peak a tile keeps over its main loop: the wide 128-row tiles keep
-// both consumer warpgroups on m64n256 / m64n128 wgmma; 64-row tiles split the columns, so each
-// instruction is half as wide per byte of A it reads.
+// both consumer warpgroups on m64n256 wgmma; 128 x 128 and the 64-row tiles (which split the
+// columns between the consumers) measured 1.25-1.45x slower per flop on the large shapes.
 double efficiency(int64_t bm, int64_t bn) {
-  if (bm == 128) return bn == 256 ? 0.92 : 0.82;
-  return bn == 256 ? 0.75 : 0.65;
+  if (bm == 128) return bn == 256 ? 0.92 : 0.74;
+  return bn == 256 ? 0.60 : 0.50;
 }
-// A tile's fixed cost: the pipeline's fill, the epilogue's stores, the task's bookkeeping.
+// A CTA's operand loads: bytes no other CTA of the wave reads stream from HBM at about 35 GB/s
+// per CTA (a decode GEMM's weight strip), bytes the wave shares come from L2 at about 120 GB/s.
+constexpr double kStreamBytesPerUs = 35e3;
+constexpr double kL2BytesPerUs = 120e3;
+// The whole GPU's HBM, as a kernel's loads see it.
+constexpr double kHbmBytesPerUs = 3.0e6;
+// The launch (kernel start, tables, tensor maps) and each tile's fixed cost (pipeline fill,
+// epilogue, the task's bookkeeping).
+constexpr double kLaunchUs = 3.5;
 constexpr double kTileFixedUs = 1.0;
-// The split's reduction: a kernel phase of its own plus its bytes at about 3 TB/s.
-constexpr double kReduceFixedUs = 2.0;
-constexpr double kReduceBytesPerUs = 3.0e6;
+// The split's reduction: a phase of its own (its tasks wait for every part) plus its bytes.
+constexpr double kReduceFixedUs = 6.0;
+constexpr double kReduceBytesPerUs = 1.5e6;
+// Row blocks the lowering groups for L2 reuse (lower_compute.cc, lower_gemm).
+constexpr int64_t kGroupRows = 8;
 
 int64_t cdiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -45,19 +57,30 @@ int64_t split_parts(int64_t K, int64_t requested) {
 double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t split_k) {
   const int64_t parts = split_parts(p.K, split_k);
   const int64_t part_k = cdiv(cdiv(p.K, parts), 64) * 64;
-  const int64_t tiles = cdiv(p.M, bm) * cdiv(p.N, bn) * parts;
-  const int64_t waves = cdiv(tiles, std::max<int64_t>(p.ctas, 1));
+  const int64_t mb = cdiv(p.M, bm), nb = cdiv(p.N, bn);
+  const int64_t ctas = std::max<int64_t>(p.ctas, 1);
+  const int64_t tasks = mb * nb * parts;
+  const int64_t waves = cdiv(tasks, ctas);
+  // One task's operands, and how many tasks of a wave read the same ones: a B strip is read by
+  // the row blocks of its group, an A strip by the column blocks running beside it.
+  const double a_bytes = 2.0 * static_cast<double>(bm * part_k);
+  const double b_bytes = 2.0 * static_cast<double>(bn * part_k);
+  const int64_t running = std::min(tasks, ctas);
+  const int64_t rows_together = std::min(mb, kGroupRows);
+  const double a_readers = static_cast<double>(
+      std::min(nb, std::max<int64_t>(1, running / std::max<int64_t>(1, rows_together))));
+  const double b_readers = static_cast<double>(std::min(rows_together, running));
+  const double own = a_bytes / a_readers + b_bytes / b_readers;
+  const double load_us = own / kStreamBytesPerUs + (a_bytes + b_bytes - own) / kL2BytesPerUs;
   // Ragged tiles cost a whole tile: the tensor cores run on the zero fill.
-  const double tile_us = 2.0 * static_cast<double>(bm * bn) * static_cast<double>(part_k) /
-                             (kSmFlops * efficiency(bm, bn)) * 1e6 +
-                         kTileFixedUs;
-  const double compute_us = static_cast<double>(waves) * tile_us;
-  // Every operand once from HBM (L2 holds the reuse the tile order is made for), partial sums
-  // written in f32 when split.
+  const double mma_us = 2.0 * static_cast<double>(bm * bn) * static_cast<double>(part_k) /
+                        (kSmFlopsPerUs * efficiency(bm, bn));
+  const double compute_us = static_cast<double>(waves) * (std::max(mma_us, load_us) + kTileFixedUs);
+  // Every operand once from HBM, partial sums written in f32 when split.
   const double out_bytes = static_cast<double>(p.M * p.N) * (parts > 1 ? 4.0 * parts : 2.0);
   const double memory_us =
       (2.0 * static_cast<double>(p.M * p.K + p.K * p.N) + out_bytes) / kHbmBytesPerUs;
-  double us = std::max(compute_us, memory_us);
+  double us = kLaunchUs + std::max(compute_us, memory_us);
   if (parts > 1)
     us += kReduceFixedUs + static_cast<double>(p.M * p.N) * (4.0 * parts + 2.0) / kReduceBytesPerUs;
   return us;

@@ -1,10 +1,12 @@
 // A cost model for one GEMM on the Hopper tile (templates/mkc/gemm_sm90.cuh): the time of each
 // (tile, split-K) the template can run, from tiles per wave and the last wave's fill, a tile's
-// arithmetic at its shape's tensor-core efficiency, the operands' bytes from HBM, the split's
-// reduction and a fixed cost per tile. Deterministic and machine-free: it ranks candidates so
-// that `mkc tune` measures the likely ones first, and the compile's decision record says what it
-// predicts for the pick and the runner-up. Its constants are an H200's (../shared/TARGETS.md and
-// docs/RESULTS.md): a prediction, never a measurement.
+// arithmetic at its shape's tensor-core efficiency or its operand loads (the bytes no other CTA
+// of the wave reads stream from HBM at a CTA's rate, shared ones come from L2), the whole GPU's
+// HBM, the launch, the split's reduction phase and a fixed cost per tile. Deterministic and
+// machine-free: it is the compiler's own pick for a GEMM without tile(...) (or with tile(auto)),
+// it ranks the candidates `mkc tune` measures, and the compile's decision record says what it
+// predicts for the pick and the runner-up. Its constants were fitted to issue 36's sweep on an
+// H100 (gemm_model.cc, docs/RESULTS.md): a prediction, never a measurement.
 #pragma once
 
 #include <cstdint>

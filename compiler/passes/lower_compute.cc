@@ -24,11 +24,13 @@ static int64_t kernel_compute_ctas(const compiler::CheckedSchedule& s, int64_t s
 }
 
 // gemm_tile (abi::GemmTileArgs): views {A, B, C[, bias]}; C[m0:m1, n0:n1] = fn(A[m0:m1, k0:k1] x
-// B[k0:k1, n0:n1] (+ bias)). Without tile(...), the tile is chosen by shape (the decision is in
-// the plan).
+// B[k0:k1, n0:n1] (+ bias)). Without tile(...) or with tile(auto), the tile and split are the
+// cost model's pick (tune/gemm_model.h), or a tuning database's entry; the decision is in the
+// plan.
 //
-// Split-K: when the tiles would keep at most half the compute CTAs busy (skinny GEMMs: decode,
-// small batches), most SMs would sit idle while a few stream the whole of B. K is then cut into
+// Split-K: the model's pick, or with tile(...) when the tiles would keep at most half the compute
+// CTAs busy (skinny GEMMs: decode, small batches), most SMs would sit idle while a few stream
+// the whole of B. K is then cut into
 // S parts of whole 64-wide steps: gemm_tile tasks write f32 partial sums into the compiler's
 // buffer `<op>.partials` [S, M, N], and reduce_tile tasks (a sum over its first axis, a few rows
 // of C each) write C. Only without an epilogue function or bias (they apply to the sum), with
@@ -45,6 +47,7 @@ void Lowerer::lower_gemm(int i) {
   int64_t bm = 128, bn = 128, bk = 64;
   std::string why;
   const LowerOptions::Tuned* tuned = nullptr;
+  int64_t model_parts = 0;  // the model's split, when it picked the tile
   if (op.tile.empty() && opts_.tuned != nullptr) {
     const auto it = opts_.tuned->find(op.name);
     if (it != opts_.tuned->end()) tuned = &it->second;
@@ -56,26 +59,13 @@ void Lowerer::lower_gemm(int i) {
     bk = t.size() > 2 ? t[2] : bk;
     why = "measured fastest by `mkc tune` (the tuning database)";
   } else if (op.tile.empty()) {
-    // The default: the wide tile (half the operand traffic per flop of 128 x 128) when there
-    // are enough of them to occupy every SM; else the narrow one, for twice the parallelism.
-    // Few rows: 64-row tiles, twice as many CTAs busy (decode-like shapes, skinny GEMMs), or,
-    // where split-K applies, the wide tile (64 or 128 rows) with K split over the idle CTAs.
-    const int64_t wide = cdiv(M, 128) * cdiv(N, 256), square = cdiv(M, 128) * cdiv(N, 128);
-    if (wide >= opts_.sms) {
-      bn = 256;
-      why = fmt::format("{} tiles of 128 x 256 >= {} SMs", wide, opts_.sms);
-    } else if (splittable && 2 * wide <= ctas) {
-      bm = M <= 64 ? 64 : 128;
-      bn = 256;
-      why =
-          fmt::format("{} tiles of {} x 256 fill at most half of {} compute CTAs", wide, bm, ctas);
-    } else if (square >= opts_.sms) {
-      why =
-          fmt::format("{} tiles of 128 x 256 < {} SMs <= {} of 128 x 128", wide, opts_.sms, square);
-    } else {
-      bm = 64;
-      why = fmt::format("{} tiles of 128 x 128 < {} SMs", square, opts_.sms);
-    }
+    // The cost model's pick among the tiles and splits the template runs (tune/gemm_model.h).
+    const tune::GemmCandidate c = tune::gemm_candidates({M, N, K, ctas, splittable}).front();
+    bm = c.bm;
+    bn = c.bn;
+    bk = c.bk;
+    model_parts = c.split_k;
+    why = "the cost model's pick";
   } else {
     bm = op.tile[0];
     bn = op.tile.size() > 1 ? op.tile[1] : bn;
@@ -85,9 +75,10 @@ void Lowerer::lower_gemm(int i) {
   const int64_t mb = cdiv(M, bm), nb = cdiv(N, bn);
   // Split-K parts: as many as the idle compute CTAs allow, each at least 1024 deep, at most 8.
   int64_t parts = 1, part_k = K;
-  if (tuned != nullptr) {
-    if (splittable && tuned->split_k > 1) {
-      parts = tune::split_parts(K, tuned->split_k);
+  const int64_t chosen_parts = tuned != nullptr ? tuned->split_k : model_parts;
+  if (tuned != nullptr || model_parts > 0) {
+    if (splittable && chosen_parts > 1) {
+      parts = tune::split_parts(K, chosen_parts);
       part_k = cdiv(cdiv(K, parts), 64) * 64;
       if (parts > 1) why += fmt::format("; split-K: {} parts of {} (of K {})", parts, part_k, K);
     }

@@ -1,5 +1,5 @@
 // The GEMM cost model (tune/gemm_model.h): the candidates the template can run, ordered by the
-// model, split-K only where allowed, and predictions that keep the H200's known figures.
+// model, split-K only where allowed, and predictions that keep the orderings an H100 measured.
 #include "tune/gemm_model.h"
 
 #include <doctest/doctest.h>
@@ -22,10 +22,8 @@ TEST_CASE("gemm model: candidates are the template's tiles, fastest first") {
     CHECK((x.bn == 128 || x.bn == 256));
     CHECK(x.bk == 64);
   }
-  // The big square GEMM: the wide tile without a split, within 25% of cuBLAS's 1414 us.
+  // The big square GEMM: the wide tile without a split.
   CHECK(c[0].text() == "tile(128, 256, 64)");
-  CHECK(c[0].predicted_us > 1414.0);
-  CHECK(c[0].predicted_us < 1.25 * 1414.0);
   // Not splittable (an epilogue, a bias): no split-K candidate.
   const auto plain = mkc::tune::gemm_candidates(GemmProblem{16, 8192, 7168, 132, false});
   CHECK(plain.size() == 4);
@@ -36,15 +34,45 @@ TEST_CASE("gemm model: candidates are the template's tiles, fastest first") {
 }
 
 TEST_CASE("gemm model: memory bounds a decode GEMM; a split fills the idle CTAs") {
-  // 16 x 8192 x 7168: the weights (117 MB) take about 29 us from HBM whatever the tile, and the
-  // best candidates reach that floor; 32 tiles of 64 x 256 leave 100 CTAs idle without a split.
+  // 16 x 8192 x 7168: no candidate beats the weights' (117 MB) time from HBM; 32 tiles of
+  // 64 x 256 leave 100 CTAs idle without a split, each streaming its strip alone.
   const GemmProblem decode{16, 8192, 7168, 132, true};
   const auto c = mkc::tune::gemm_candidates(decode);
-  const double floor_us = 2.0 * 8192 * 7168 / 4.0e6;
+  const double floor_us = 2.0 * 8192 * 7168 / 3.0e6;
   for (const auto& x : c) CHECK(x.predicted_us >= floor_us);
-  CHECK(c[0].predicted_us < 1.1 * floor_us);
+  CHECK(c[0].predicted_us < 1.5 * floor_us);
   CHECK(mkc::tune::predict_gemm_us(decode, 64, 256, 4) <
         mkc::tune::predict_gemm_us(decode, 64, 256, 1));
+}
+
+// Orderings the H100 sweep measured (2026-12-05, `gemm_bench --sweep --tune 3`, docs/RESULTS.md)
+// that the constants were fitted to, each a gap of 20% or more: the fit must keep them. (One it
+// misses: 4096 x 1280 x 8192 ran in 177 us unsplit and 227 us split 4 ways; the model predicts
+// 203 and 201. Its pick there, 128 x 128, measured 193.)
+TEST_CASE("gemm model: the sweep's measured orderings") {
+  struct Order {
+    int64_t M, N, K;
+    int64_t fast_bm, fast_bn, fast_split;  // measured faster ...
+    int64_t slow_bm, slow_bn, slow_split;  // ... than this
+  };
+  const Order orders[] = {{128, 7168, 2048, 64, 128, 1, 128, 256, 2},     // 18.0 us against 33.5
+                          {128, 8192, 3584, 64, 128, 1, 128, 256, 3},     // 29.2 against 49.8
+                          {1, 1280, 8192, 64, 128, 8, 64, 256, 8},        // 18.3 against 21.7
+                          {512, 8192, 3584, 128, 256, 1, 128, 128, 1},    // 47.6 against 64.7
+                          {4096, 3584, 8192, 128, 256, 1, 128, 128, 1},   // 351 against 439
+                          {8192, 8192, 8192, 128, 256, 1, 128, 256, 2},   // 1440 against 2070
+                          {16384, 8192, 1024, 128, 256, 1, 64, 256, 1}};  // 535 against 718
+  for (const Order& o : orders) {
+    const GemmProblem p{o.M, o.N, o.K, 132, true};
+    CHECK_MESSAGE(mkc::tune::predict_gemm_us(p, o.fast_bm, o.fast_bn, o.fast_split) <
+                      mkc::tune::predict_gemm_us(p, o.slow_bm, o.slow_bn, o.slow_split),
+                  o.M, "x", o.N, "x", o.K);
+  }
+  // And its pick for the big cube is the wide tile, predicted within 15% of the 1,440 us measured.
+  const auto big = mkc::tune::gemm_candidates(GemmProblem{8192, 8192, 8192, 132, true});
+  CHECK(big[0].text() == "tile(128, 256, 64)");
+  CHECK(big[0].predicted_us > 1440.0 / 1.15);
+  CHECK(big[0].predicted_us < 1440.0 * 1.15);
 }
 
 TEST_CASE("gemm model: split parts are whole 64-wide steps, as the lowering cuts K") {
