@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "compiler/plan/box_index.h"
 #include "support/error.h"
@@ -60,8 +61,12 @@ class Deriver {
     // (rank, buffer).
     by_op_rank_.assign(ops.size(), std::vector<std::vector<int>>(p_.ranks));
     notified_.resize(p_.tasks.size());
+    written_.resize(p_.tasks.size());
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
+      for (const Box& b : task.writes) written_[t].push_back(b.rank);
+      std::sort(written_[t].begin(), written_[t].end());
+      written_[t].erase(std::unique(written_[t].begin(), written_[t].end()), written_[t].end());
       if (task.op < 0) continue;
       notified_[t] = notified(task);
       for (int r : notified_[t]) by_op_rank_[task.op][r].push_back(static_cast<int>(t));
@@ -216,8 +221,9 @@ class Deriver {
     for (int p : producers) {
       if (p == consumer || ordered(p, consumer)) continue;
       const Task& pt = p_.tasks[p];
-      bool fenced = pt.rank == rank;
-      for (const Box& b : pt.writes) fenced = fenced || b.rank == rank;
+      // An all-to-all's sender has a box per destination: its ranks are looked up, not walked.
+      const bool fenced =
+          pt.rank == rank || std::binary_search(written_[p].begin(), written_[p].end(), rank);
       groups[{pt.op, fenced ? -1 : pt.rank}].push_back(p);
     }
     for (auto& [key, set] : groups) {
@@ -267,14 +273,52 @@ class Deriver {
   }
 
   // Calls fn(w) for the tasks w of operation `op` whose writes overlap what task t reads, from the
-  // index of write boxes (a task once per box of t it overlaps).
+  // index of write boxes (a task once per box of t it overlaps). A query that finds many writers
+  // is kept: the workers of a grouped GEMM each read all of X, which every sender of an
+  // all-to-all scatters into, and asked the index the same question once per worker.
   template <typename F>
-  void writers_of(int t, int op, F&& fn) const {
+  void writers_of(int t, int op, F&& fn) {
     for (const Box& r : p_.tasks[t].reads) {
       auto it = writes_.find({r.rank, r.buffer, op});
       if (it == writes_.end()) continue;
-      it->second.overlapping(p_, r, fn);
+      const uint64_t h = query_hash(op, r);
+      const WriterQuery* kept = nullptr;
+      if (auto b = writer_queries_.find(h); b != writer_queries_.end()) {
+        for (const WriterQuery& q : b->second) {
+          if (q.op == op && q.box->rank == r.rank && q.box->buffer == r.buffer &&
+              q.box->lo == r.lo && q.box->hi == r.hi)
+            kept = &q;
+        }
+      }
+      if (kept != nullptr) {
+        for (int w : kept->writers) fn(w);
+        continue;
+      }
+      std::vector<int> found;
+      it->second.overlapping(p_, r, [&](int w) { found.push_back(w); });
+      for (int w : found) fn(w);
+      if (found.size() >= kKeptQuery)
+        writer_queries_[h].push_back(WriterQuery{op, &r, std::move(found)});
     }
+  }
+
+  // A kept writers_of query: the box (a task's read, which lives as long as the plan) and what it
+  // found.
+  struct WriterQuery {
+    int op;
+    const Box* box;
+    std::vector<int> writers;
+  };
+  static constexpr size_t kKeptQuery = 16;
+  static uint64_t query_hash(int op, const Box& b) {
+    uint64_t h = 1469598103934665603ull;
+    const auto mix = [&](int64_t v) { h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull; };
+    mix(op);
+    mix(b.rank);
+    mix(b.buffer);
+    for (int64_t v : b.lo) mix(v);
+    for (int64_t v : b.hi) mix(v);
+    return h;
   }
 
   // 1. Data edges: the tasks of the operations t's operation is `after` (with .tile/.chunk only
@@ -546,6 +590,8 @@ class Deriver {
   std::set<std::pair<int, int>> awaited_on_;  // (producer task, rank of some task waiting for it)
   std::vector<std::vector<char>> op_reach_;
   std::vector<std::vector<int>> notified_;  // task -> notified(task)
+  std::vector<std::vector<int>> written_;   // task -> the ranks it writes into, ascending
+  std::unordered_map<uint64_t, std::vector<WriterQuery>> writer_queries_;  // writers_of's kept
   std::vector<int> ordered_;  // task -> the last consumer given an edge from it (ordered())
   std::vector<int> whole_;    // operation -> the last consumer waiting for all of it (ordered())
   std::map<std::pair<int, int>, int> done_;                   // (producer, rank) -> its counter
