@@ -294,11 +294,11 @@ class Deriver {
         for (int w : kept->writers) fn(w);
         continue;
       }
-      std::vector<int> found;
+      std::vector<int>& found = found_;  // reused: most queries find a few writers
+      found.clear();
       it->second.overlapping(p_, r, [&](int w) { found.push_back(w); });
       for (int w : found) fn(w);
-      if (found.size() >= kKeptQuery)
-        writer_queries_[h].push_back(WriterQuery{op, &r, std::move(found)});
+      if (found.size() >= kKeptQuery) writer_queries_[h].push_back(WriterQuery{op, &r, found});
     }
   }
 
@@ -592,6 +592,7 @@ class Deriver {
   std::vector<std::vector<int>> notified_;  // task -> notified(task)
   std::vector<std::vector<int>> written_;   // task -> the ranks it writes into, ascending
   std::unordered_map<uint64_t, std::vector<WriterQuery>> writer_queries_;  // writers_of's kept
+  std::vector<int> found_;                                                 // writers_of's scratch
   std::vector<int> ordered_;  // task -> the last consumer given an edge from it (ordered())
   std::vector<int> whole_;    // operation -> the last consumer waiting for all of it (ordered())
   std::map<std::pair<int, int>, int> done_;                   // (producer, rank) -> its counter
