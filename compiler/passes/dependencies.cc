@@ -62,6 +62,7 @@ class Deriver {
     by_op_rank_.assign(ops.size(), std::vector<std::vector<int>>(p_.ranks));
     notified_.resize(p_.tasks.size());
     written_.resize(p_.tasks.size());
+    awaited_on_.resize(p_.tasks.size());
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
       for (const Box& b : task.writes) written_[t].push_back(b.rank);
@@ -125,7 +126,8 @@ class Deriver {
       const Task& task = p_.tasks[t];
       if (task.op < 0) continue;
       for (int r : notified_[t]) {
-        if (r != task.rank && !awaited_on_.count({static_cast<int>(t), r}))
+        const std::vector<int>& by = awaited_on_[t];
+        if (r != task.rank && std::find(by.begin(), by.end(), r) == by.end())
           edge(static_cast<int>(t), ends_.at(r));
       }
     }
@@ -186,13 +188,19 @@ class Deriver {
     }
   }
 
+  // A task of `rank` waits for task `producer`.
+  void awaited(int producer, int rank) {
+    std::vector<int>& by = awaited_on_[producer];
+    if (std::find(by.begin(), by.end(), rank) == by.end()) by.push_back(rank);
+  }
+
   // Makes `consumer` wait for `producer` alone (once): the producer's own counter on the
   // consumer's rank.
   void edge(int producer, int consumer) {
     if (producer == consumer || ordered(producer, consumer)) return;
     ordered_[producer] = consumer;
     Task& c = p_.tasks[consumer];
-    awaited_on_.insert({producer, c.rank});
+    awaited(producer, c.rank);
     const Task& pr = p_.tasks[producer];
     auto key = std::make_pair(producer, c.rank);
     auto it = done_.find(key);
@@ -239,7 +247,7 @@ class Deriver {
             rank, fmt::format("{}+{}@r{}.done", first.label, set.size() - 1, first.rank));
         for (int p : set) {
           p_.tasks[p].signals.push_back(Signal{ev, handoff(p, rank)});
-          awaited_on_.insert({p, rank});
+          awaited(p, rank);
         }
         it = set_done_.emplace(std::make_pair(rank, set), ev).first;
       }
@@ -263,7 +271,7 @@ class Deriver {
       const int ev = p_.add_event(c.rank, fmt::format("{}.all@r{}.done", name, c.rank));
       for (int pt : producers) {
         p_.tasks[pt].signals.push_back(Signal{ev, handoff(pt, c.rank)});
-        awaited_on_.insert({pt, c.rank});
+        awaited(pt, c.rank);
       }
       it = all_done_.emplace(key, ev).first;
     }
@@ -587,7 +595,9 @@ class Deriver {
   std::map<std::pair<const void*, size_t>, Coverage> coverage_;
   std::map<int, int> fences_;
   std::map<int, int> ends_;
-  std::set<std::pair<int, int>> awaited_on_;  // (producer task, rank of some task waiting for it)
+  // Producer task -> the ranks of tasks waiting for it (a few; a set of pairs cost a tree node
+  // per signal).
+  std::vector<std::vector<int>> awaited_on_;
   std::vector<std::vector<char>> op_reach_;
   std::vector<std::vector<int>> notified_;  // task -> notified(task)
   std::vector<std::vector<int>> written_;   // task -> the ranks it writes into, ascending
