@@ -294,8 +294,10 @@ class Deriver {
       if (auto b = writer_queries_.find(h); b != writer_queries_.end()) {
         for (const WriterQuery& q : b->second) {
           if (q.op == op && q.box->rank == r.rank && q.box->buffer == r.buffer &&
-              q.box->lo == r.lo && q.box->hi == r.hi)
+              q.box->lo == r.lo && q.box->hi == r.hi) {
             kept = &q;
+            break;
+          }
         }
       }
       if (kept != nullptr) {

@@ -28,14 +28,13 @@ static int64_t kernel_compute_ctas(const compiler::CheckedSchedule& s, int64_t s
 // cost model's pick (tune/gemm_model.h), or a tuning database's entry; the decision is in the
 // plan.
 //
-// Split-K: the model's pick, or with tile(...) when the tiles would keep at most half the compute
-// CTAs busy (skinny GEMMs: decode, small batches), most SMs would sit idle while a few stream
-// the whole of B. K is then cut into
-// S parts of whole 64-wide steps: gemm_tile tasks write f32 partial sums into the compiler's
-// buffer `<op>.partials` [S, M, N], and reduce_tile tasks (a sum over its first axis, a few rows
-// of C each) write C. Only without an epilogue function or bias (they apply to the sum), with
-// K >= 2048 (each part keeps a pipeline's worth of steps) and plain row order (rows_from orders
-// tiles by arriving chunks).
+// Split-K: where the model (or the database) picks it, or, with tile(...), where the tiles would
+// keep at most half the compute CTAs busy (skinny GEMMs: decode, small batches: most SMs would
+// sit idle while a few stream the whole of B). K is then cut into S parts of whole 64-wide steps:
+// gemm_tile tasks write f32 partial sums into the compiler's buffer `<op>.partials` [S, M, N], and
+// reduce_tile tasks (a sum over its first axis, a few rows of C each) write C. Only without an
+// epilogue function or bias (they apply to the sum), with K >= 2048 (each part keeps a pipeline's
+// worth of steps) and plain row order (rows_from orders tiles by arriving chunks).
 void Lowerer::lower_gemm(int i) {
   const OpInstance& op = s_.ops[i];
   const int64_t M = op.outputs[0].shape[0], N = op.outputs[0].shape[1];
@@ -48,6 +47,10 @@ void Lowerer::lower_gemm(int i) {
   std::string why;
   const LowerOptions::Tuned* tuned = nullptr;
   int64_t model_parts = 0;  // the model's split, when it picked the tile
+  // The cost model's candidates, fastest first (tune/gemm_model.h): its pick, and the runner-up
+  // the decision names.
+  const tune::GemmProblem problem{M, N, K, ctas, splittable};
+  const std::vector<tune::GemmCandidate> candidates = tune::gemm_candidates(problem);
   if (op.tile.empty() && opts_.tuned != nullptr) {
     const auto it = opts_.tuned->find(op.name);
     if (it != opts_.tuned->end()) tuned = &it->second;
@@ -59,8 +62,7 @@ void Lowerer::lower_gemm(int i) {
     bk = t.size() > 2 ? t[2] : bk;
     why = "measured fastest by `mkc tune` (the tuning database)";
   } else if (op.tile.empty()) {
-    // The cost model's pick among the tiles and splits the template runs (tune/gemm_model.h).
-    const tune::GemmCandidate c = tune::gemm_candidates({M, N, K, ctas, splittable}).front();
+    const tune::GemmCandidate& c = candidates.front();
     bm = c.bm;
     bn = c.bn;
     bk = c.bk;
@@ -73,7 +75,8 @@ void Lowerer::lower_gemm(int i) {
     why = "tile(...)";
   }
   const int64_t mb = cdiv(M, bm), nb = cdiv(N, bn);
-  // Split-K parts: as many as the idle compute CTAs allow, each at least 1024 deep, at most 8.
+  // Split-K parts: the database's or the model's; with tile(...), as many as the idle compute
+  // CTAs allow, each at least 1024 deep, at most 8.
   int64_t parts = 1, part_k = K;
   const int64_t chosen_parts = tuned != nullptr ? tuned->split_k : model_parts;
   if (tuned != nullptr || model_parts > 0) {
@@ -93,8 +96,7 @@ void Lowerer::lower_gemm(int i) {
   }
   // What the cost model predicts for the pick and for its best alternative (tune/gemm_model.h).
   if (bk == 64 && (bm == 64 || bm == 128) && (bn == 128 || bn == 256)) {
-    const tune::GemmProblem problem{M, N, K, ctas, splittable};
-    for (const tune::GemmCandidate& c : tune::gemm_candidates(problem)) {
+    for (const tune::GemmCandidate& c : candidates) {
       if (c.bm == bm && c.bn == bn && c.split_k == parts) continue;
       why += fmt::format("; model: {:.0f} us, runner-up {} {:.0f} us",
                          tune::predict_gemm_us(problem, bm, bn, parts), c.text(), c.predicted_us);
