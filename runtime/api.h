@@ -115,7 +115,9 @@ class Kernel {
   void launch();  // every local rank, on the job's streams; waits for it
   // Enqueues the next launch on the caller's streams (cudaStream_t or CUstream: one per local
   // rank, in local_ranks() order, on that rank's GPU; nullptr: the default stream) and returns.
-  // Not for CUDA graph capture: each launch carries its own epoch.
+  // May be captured into a CUDA graph (after a first launch outside it): the kernel numbers its
+  // launches on the GPU, so every replay is the next launch; the tensors bound at the capture
+  // stay bound (copy fresh inputs into them between replays).
   void launch_async(const std::vector<CUstream>& streams);
   // Waits for launch_async's launches; throws rt::LaunchError if one timed out.
   void synchronize();

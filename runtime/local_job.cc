@@ -118,6 +118,7 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
   proxy_head_offset_ = layout.proxy_head_offset;
   proxy_tail_offset_ = layout.proxy_tail_offset;
   proxy_events_offset_ = layout.proxy_events_offset;
+  launch_offset_ = layout.launch_offset;
   heap_bytes_ = layout.bytes;
 
   for (int r = 0; r < n; ++r) ranks_.push_back(std::make_unique<Rank>());

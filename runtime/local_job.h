@@ -73,9 +73,10 @@ class LocalJob {
   void launch(const std::vector<int>& which = {});
   // Enqueues the next launch on every local rank, on the caller's streams (one per local rank, in
   // local_ranks() order; a null stream is the rank's context's default stream), and returns. A
-  // stream must belong to its rank's GPU's primary context (the CUDA runtime's). Every launch
-  // carries its own epoch: a captured launch would replay a stale one, so these are not for CUDA
-  // graphs. Throws LaunchError for an earlier such launch seen to have timed out.
+  // stream must belong to its rank's GPU's primary context (the CUDA runtime's). A launch may be
+  // captured in a CUDA graph: the kernel counts its launches on the GPU (abi::KernelArgs::
+  // launches), so each replay is the next launch; the rank's memory stays bound as it was at the
+  // capture. Throws LaunchError for an earlier such launch seen to have timed out.
   void launch_async(const std::vector<CUstream>& streams);
   // Waits for the launches of launch_async and throws LaunchError if a wait timed out in one.
   // Every other call that touches the job's memory or launches synchronizes first.
@@ -92,7 +93,12 @@ class LocalJob {
   // finished).
   double time_launches(int iters);
 
+  // Launches enqueued from this process (a captured launch counts once, at its capture).
   uint64_t launches() const { return epoch_; }
+  // Launches local rank `rank`'s kernel has completed, as the kernel counted them on the GPU
+  // (abi::KernelArgs::launches; replays of a captured launch count). Waits for all work in the
+  // rank's context first.
+  uint64_t device_launches(int rank);
 
   // Plans with edges between nodes (compiled with ranks per node below the world size, real
   // nodes or emulated ones): every local rank runs a host proxy (runtime/net/proxy.h) over the
@@ -149,7 +155,7 @@ class LocalJob {
   uint64_t epoch_ = 0;
   std::vector<size_t> offsets_;  // each buffer's offset in the heap
   size_t events_offset_ = 0, proxy_head_offset_ = 0, heap_bytes_ = 0;
-  size_t proxy_tail_offset_ = 0, proxy_events_offset_ = 0;
+  size_t proxy_tail_offset_ = 0, proxy_events_offset_ = 0, launch_offset_ = 0;
   bool proxied_ = false;  // some rank's tasks cross nodes: every rank runs a proxy
   std::vector<std::unique_ptr<ProxyRank>> proxies_;  // [rank]: local ranks', when proxied_
   std::vector<std::unique_ptr<Rank>> ranks_;  // every rank of the world; the remote ones hold

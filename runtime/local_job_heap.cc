@@ -38,7 +38,8 @@ HeapLayout heap_layout(const plan::Plan& plan, int counters_per_rank) {
   h.events_offset = h.bytes;
   h.proxy_head_offset = h.events_offset + counters * 8;
   h.proxy_tail_offset = h.proxy_head_offset + 64;
-  h.proxy_events_offset = h.proxy_tail_offset + 64;
+  h.launch_offset = h.proxy_tail_offset + 64;
+  h.proxy_events_offset = h.launch_offset + 64;
   h.bytes = align(h.proxy_events_offset + counters * 8);
   return h;
 }

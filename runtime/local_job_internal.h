@@ -56,14 +56,15 @@ struct LocalJob::ProxyRank {
 
 // The symmetric heap of a plan: every buffer at the same offset on every rank, then the event
 // counters (8 bytes each), then the proxy's words (abi::KernelArgs): the claim counter, the tail
-// as the proxy publishes it (a line further), and the proxy's counters (a line further, 8 bytes
-// per event). Buffer offsets are 512-byte aligned, which covers 16-byte vector accesses and TMA's
-// global address rule.
+// as the proxy publishes it (a line further), the kernel's launch record (a line further:
+// KernelArgs::launches), and the proxy's counters (a line further, 8 bytes per event). Buffer
+// offsets are 512-byte aligned, which covers 16-byte vector accesses and TMA's global address rule.
 struct HeapLayout {
   std::vector<size_t> offsets;  // each buffer's offset
   size_t events_offset = 0;
   size_t proxy_head_offset = 0;
   size_t proxy_tail_offset = 0;
+  size_t launch_offset = 0;
   size_t proxy_events_offset = 0;
   size_t bytes = 0;
 };

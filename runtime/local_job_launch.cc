@@ -1,5 +1,6 @@
-// rt::LocalJob's launches: one launch is the generated kernel enqueued on every local rank with
-// the launch's epoch (waits fold it into their targets, so nothing is reset between launches);
+// rt::LocalJob's launches: one launch is the generated kernel enqueued on every local rank; the
+// kernel numbers its launches itself on the GPU (abi::KernelArgs::launches; waits fold the number
+// into their targets, so nothing is reset between launches, and a captured launch replays);
 // launch() waits for it, launch_async() leaves it on the caller's streams until synchronize(),
 // time_launches() enqueues many back to back between two CUDA events. Every wait ends in
 // raise_errors (local_job_errors.cc).
@@ -27,6 +28,7 @@ void LocalJob::enqueue(int r, CUstream stream) {
   args.trace = reinterpret_cast<abi::u64*>(rk.trace);
   args.tensor_maps = reinterpret_cast<const abi::TensorMap*>(rk.tensor_maps);
   args.heap = reinterpret_cast<const char*>(rk.heap);
+  args.launches = reinterpret_cast<abi::u64*>(rk.heap + launch_offset_);
   proxy_args(r, &args);
   if (rk.trace) MKC_CU(d, cuMemsetD8Async, rk.trace, 0, kernel_tasks_ * 16, stream);
   void* params[] = {&args};
@@ -95,6 +97,17 @@ void LocalJob::synchronize() {
     if (std::find(which.begin(), which.end(), r) == which.end()) which.push_back(r);
   }
   raise_errors(which);
+}
+
+uint64_t LocalJob::device_launches(int rank) {
+  Rank& rk = local(rank, "device_launches");
+  synchronize();
+  const Driver& d = Driver::get();
+  CtxScope scope(d, rk.ctx);
+  MKC_CU(d, cuCtxSynchronize);  // graph replays on the caller's streams too
+  abi::u64 n = 0;
+  MKC_CU(d, cuMemcpyDtoH, &n, rk.heap + launch_offset_, sizeof(n));
+  return n;
 }
 
 double LocalJob::time_launches(int iters) {

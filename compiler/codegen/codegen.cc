@@ -395,16 +395,18 @@ class Generator final : public kinds::Source {
       line("  const int first = kCtaStart[a.rank * (kCtas + 1) + blockIdx.x];");
       line("  const int last = kCtaStart[a.rank * (kCtas + 1) + blockIdx.x + 1];");
     }
+    line("  mkc::start_launch(a);");
     if (tma) {
       line("  extern __shared__ unsigned char mkc_smem[];");
       line("  if (threadIdx.x == 0) mkc::sm90::reset_pipeline(mkc_smem);");
       line("  __syncthreads();");
     }
+    // A failed task ends the CTA's loop (break, never return): every CTA passes end_launch.
     line("  for (int i = first; i < last; ++i) {");
     line("    const int t = kCtaList[i];");
     line("    const mkc::TaskRecord& rec = kTasks[t];");
     line("    mkc::begin_task(a, t);");
-    line("    if (!mkc::wait_all(a, kWaits + rec.wait0, rec.nwaits)) return;");
+    line("    if (!mkc::wait_all(a, kWaits + rec.wait0, rec.nwaits)) break;");
     line("    if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t] = mkc::globaltimer();");
     if (tma) {
       // The next task, when it is of the same class and waits for nothing: a GEMM tile loads its
@@ -419,10 +421,11 @@ class Generator final : public kinds::Source {
           "    run_task(rec.cls, a, kViews + rec.view0, kArgs + rec.arg0, rec.nargs, nullptr, "
           "nullptr);");
     }
-    line("    if (!mkc::finish_task(a, kSignals + rec.sig0, rec.nsigs)) return;");
+    line("    if (!mkc::finish_task(a, kSignals + rec.sig0, rec.nsigs)) break;");
     line(
         "    if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t + 1] = mkc::globaltimer();");
     line("  }");
+    line("  mkc::end_launch(a);");
     line("}");
   }
 

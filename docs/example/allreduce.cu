@@ -127,14 +127,16 @@ __device__ const int kCtaList[] = {
 extern "C" __global__ void __launch_bounds__(256, 1) mkc_allreduce(mkc::KernelArgs a) {
   const int first = kCtaStart[a.rank * (kCtas + 1) + blockIdx.x];
   const int last = kCtaStart[a.rank * (kCtas + 1) + blockIdx.x + 1];
+  mkc::start_launch(a);
   for (int i = first; i < last; ++i) {
     const int t = kCtaList[i];
     const mkc::TaskRecord& rec = kTasks[t];
     mkc::begin_task(a, t);
-    if (!mkc::wait_all(a, kWaits + rec.wait0, rec.nwaits)) return;
+    if (!mkc::wait_all(a, kWaits + rec.wait0, rec.nwaits)) break;
     if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t] = mkc::globaltimer();
     run_task(rec.cls, a, kViews + rec.view0, kArgs + rec.arg0, rec.nargs, nullptr, nullptr);
-    if (!mkc::finish_task(a, kSignals + rec.sig0, rec.nsigs)) return;
+    if (!mkc::finish_task(a, kSignals + rec.sig0, rec.nsigs)) break;
     if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t + 1] = mkc::globaltimer();
   }
+  mkc::end_launch(a);
 }

@@ -1,29 +1,27 @@
-"""CUDA graph capture: why an mkc launch cannot be captured, and the check that refuses one.
+"""CUDA graph capture: what may be captured, and the check that refuses the rest.
 
-A launch is not capturable (runtime/local_job_launch.cc). Each launch passes its epoch, the
-launch's number, by value in the kernel's arguments, and every wait in the kernel targets
-(epoch - lag) * count on counters that only ever grow (nothing is reset between launches). A
-captured launch would freeze one epoch into the graph: its first replay would run, every later
-replay would find its counters already past their targets and race through its waits (wrong
-results, no error), and the eager launches after it would run with counters ahead of their epochs.
+A launch may be captured (runtime/local_job_launch.cc). The kernel numbers its launches itself,
+on the GPU (abi.h, KernelArgs::launches: every CTA reads the count at its start, the last to
+leave advances it), and every wait targets (number - lag) * count on counters that only grow; so
+each replay of a captured launch is the next launch, as an eager one would be. What the graph
+holds is the kernel and its arguments: the tensors bound at the capture stay bound at every
+replay (copy fresh inputs into them before a replay).
+
 Around the kernel, a bind, a synchronize, a trace and the first launch (JIT compile, module load,
-heap setup) make calls that capture forbids (cuStreamSynchronize, synchronous copies, allocations).
-
-So the package refuses, before any CUDA call, every launch on a stream that is capturing and
-every other GPU call while PyTorch's current stream is capturing: MkcError, the capture left
-intact. Making launches capturable needs the epoch read from device memory and advanced by the
-graph itself, a change to the kernel's ABI (templates/mkc), not made here."""
+heap setup) make calls that capture forbids (cuStreamSynchronize, synchronous copies,
+allocations). So the package refuses, before any CUDA call, those while PyTorch's current stream
+(or the launch's stream) is capturing: MkcError, the capture left intact. Launch once before
+capturing."""
 import ctypes
 import sys
 
 from ._errors import MkcError
 
-CUDA_GRAPHS = False  # whether a launch may be captured into a CUDA graph
+CUDA_GRAPHS = True  # a launch may be captured into a CUDA graph (after a first, eager one)
 
-_REASON = ("mkc launches cannot be captured into a CUDA graph: each launch passes its own epoch "
-           "(launch number) to the kernel, and a replayed graph would repeat a stale one, so its "
-           "waits would pass early and its results would be wrong; launch outside the capture "
-           "(for torch.compile: not mode='reduce-overhead' around an mkc op)")
+_REASON = ("this call cannot be captured into a CUDA graph (it synchronizes, copies or allocates); "
+           "make it before the capture: bind the tensors and launch once eagerly, then capture "
+           "launches only, and copy fresh inputs into the bound tensors between replays")
 
 _cuda = None  # libcuda through ctypes, False when there is none
 
@@ -63,7 +61,7 @@ def torch_capturing():
 
 
 def refuse(what, stream_handle=None):
-    """Raises MkcError for `what` (a launch on `stream_handle`, or another GPU call) during a
+    """Raises MkcError for `what` (a call on `stream_handle`, or another GPU call) during a
     capture."""
     capturing = stream_capturing(stream_handle) if stream_handle is not None else None
     if capturing is None:

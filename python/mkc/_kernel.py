@@ -198,10 +198,15 @@ class Kernel:
     def launch(self, stream=None, **tensors):
         """Binds `tensors` (by the schedule's names) and enqueues one launch of every local rank on
         `stream` (a CUDA stream handle, a torch.cuda.Stream; default the framework's current
-        stream). Refused (MkcError) on a stream that captures a CUDA graph: mkc/_capture.py says
-        why."""
+        stream). May be captured into a CUDA graph once the kernel has launched eagerly, without
+        tensors (bind them before the capture); mkc/_capture.py says what is refused and why."""
         handle = _stream_handle(stream)
-        _capture.refuse("launch", handle)
+        if self._handle is None:
+            # The first launch compiles, loads and sets the heap up: not under a capture.
+            _capture.refuse("launch (the first: JIT compile, module load, heap set-up)", handle)
+        elif tensors:
+            _capture.refuse("launch with tensors (a bind waits for the launches in flight)",
+                            handle)
         for name, t in tensors.items():
             self.bind(name, t)
         self._call(_lib.lib().mkc_launch_async, self._gpu(), ctypes.c_void_p(handle),

@@ -21,9 +21,9 @@ Semantics (functional: the op mutates none of its arguments and returns fresh te
 - The op owns the kernel's bindings: a bind or a launch with tensors outside it is undone (the
   op's own tensors bound again) at the op's next call.
 - Every process of the kernel's group calls the op the same number of times, as with any
-  collective. No autograd formula is registered. Not for CUDA graphs (mkc/_capture.py): the op
-  is tagged cudagraph_unsafe where PyTorch has that tag, and a launch under capture raises
-  MkcError.
+  collective. No autograd formula is registered. The op is tagged cudagraph_unsafe where
+  PyTorch has that tag (its first call binds, which a capture cannot hold; a rebind too): to
+  replay mkc in a CUDA graph, capture Kernel.launch itself (mkc/_capture.py).
 PyTorch is imported only when an op is made."""
 import inspect
 import keyword

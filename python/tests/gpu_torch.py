@@ -8,9 +8,10 @@ samples/python/tp_linear.py runs it), found through a gloo group; all use cuda:0
 GPU) unless --device-per-rank. Parts, each ending in one PASS or FAIL line on rank 0:
   a. mkc.torch_op under torch.compile(fullgraph=True) of a small module, eager too, against
      torch.matmul + all_reduce (rel. L2 error <= 1e-2), fresh random inputs at every step;
-  b. CUDA graphs: with mkc.CUDA_GRAPHS false (today), a launch and the op under capture raise
-     MkcError, the capture ends cleanly, and the next eager launch is right; were it true, a
-     captured launch replayed 200 times with fresh inputs copied in, each result checked;
+  b. CUDA graphs: with mkc.CUDA_GRAPHS true (since 2026-12-05), a launch captured with
+     torch.cuda.graph and replayed 200 times with fresh inputs copied into the bound tensors,
+     each result checked (with it false: a launch and the op under capture raise MkcError, the
+     capture ends cleanly, and the next eager launch is right);
   c. 1,000 launches through Kernel.launch() against 1,000 through mkc_launch_async (ctypes, the
      same handle and stream): host time per launch to enqueue, and the difference in µs.
 Needs the mkc package (tools/wheel.sh; or PYTHONPATH=python and MKC_LIB=bazel-bin/runtime/
@@ -121,7 +122,7 @@ def part_a(k, args, gen):
 
 
 def part_b(k, op, args, gen):
-    """CUDA graph capture: refused today; replayed and checked were it supported."""
+    """CUDA graph capture: replayed and checked where supported; refused cleanly where not."""
     m, n, kk = args.m, args.n, args.k
     x, w = inputs(gen, m, n, kk)
     if not mkc.CUDA_GRAPHS:

@@ -35,7 +35,8 @@ struct View {
   i64 shape[kMaxDims];
 };
 
-// A task waits until the counter `event` (on its own rank) reaches (epoch - lag) * count. Counters
+// A task waits until the counter `event` (on its own rank) reaches (epoch - lag) * count, where
+// epoch is the launch's number (from 1) as the kernel reads it from KernelArgs::launches. Counters
 // are numbered per rank (plan::Event::slot): `event` indexes the rank's own counter array, whose
 // length is the most counters any rank has (KernelArgs::events). With
 // `proxy` set the event is also raised from other nodes: the count is the sum of the counter and
@@ -125,7 +126,8 @@ struct KernelArgs {
   void* const* buffers;          // [ranks * buffers]: this process's address of each rank's buffer
   u64* const* events;            // [ranks]: each rank's counter array, mapped here
   int rank;                      // the rank this launch runs
-  u64 epoch;                     // launch number, from 1
+  u64 epoch;                     // the host's launch count (for its messages; the kernel
+                                 // counts its own launches in `launches`)
   u64 timeout_ns;                // a task's deadline: its waits and pipeline waits, together
   ErrorRecord* error;            // host-mapped
   u64* trace;                    // optional: [tasks * 2] start/end %globaltimer, or null
@@ -136,6 +138,11 @@ struct KernelArgs {
                                  // atomics, not PCIe ones), or null
   u64* proxy_tail;               // the ring's tail as the proxy last wrote it (device memory)
   const char* heap;              // this rank's symmetric heap: proxy offsets are relative to it
+  // This rank's launch record (device memory, zero at load): [0] the launches completed, [1] the
+  // CTAs of the running launch that have left. Each CTA reads [0] + 1 as the launch's number when
+  // it starts, and the last CTA to leave stores it: the number lives on the GPU, not in these
+  // arguments, so a launch captured in a CUDA graph counts on every replay.
+  u64* launches;
 };
 // In `buffers`, a rank of another node has no address here: its entries hold the buffers' heap
 // offsets (the heaps are symmetric), which is what a proxy request's dst_offset is.
@@ -321,7 +328,7 @@ static_assert(sizeof(TaskRecord) == 9 * 4, "a task record is nine ints");
 static_assert(sizeof(ErrorRecord) == 4 * 4 + 2 * 8, "the error record the host reads");
 static_assert(sizeof(TensorMap) == 128, "a CUtensorMap is 128 bytes");
 static_assert(sizeof(void*) == 8, "the kernel argument block assumes 64-bit pointers");
-static_assert(sizeof(KernelArgs) == 13 * 8, "the kernel argument block is thirteen 8-byte words");
+static_assert(sizeof(KernelArgs) == 14 * 8, "the kernel argument block is fourteen 8-byte words");
 static_assert(sizeof(ProxyRequest) == 64, "a proxy request is one 64-byte line");
 static_assert(sizeof(ProxyRing) == 128 + 64 * kProxySlots, "head and tail on lines of their own");
 

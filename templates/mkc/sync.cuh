@@ -36,9 +36,11 @@ __device__ __forceinline__ u64 globaltimer() {
   return t;
 }
 
-// The running task of this CTA: its table index, its deadline, and whether a thread gave up.
+// The running task of this CTA: its table index, its deadline, and whether a thread gave up; and
+// the launch's number (start_launch).
 struct TaskState {
   u64 deadline;
+  u64 epoch;
   int task;
   int failed;
 };
@@ -68,6 +70,32 @@ __device__ __forceinline__ void report_failure(const KernelArgs& a, unsigned kin
 __device__ __forceinline__ bool launch_failed(const KernelArgs& a) {
   return cuda::atomic_ref<unsigned, cuda::thread_scope_system>(a.error->flag)
              .load(cuda::memory_order_relaxed) != 0u;
+}
+
+// The launch's number, from 1 (KernelArgs::launches): one more than the launches this rank's
+// kernel completed. Thread 0 reads it (it alone waits); called once at kernel start, before the
+// first task. The last CTA to leave stores it (end_launch) only after every CTA has read it.
+__device__ __forceinline__ void start_launch(const KernelArgs& a) {
+  if (threadIdx.x == 0) {
+    task_state().epoch = cuda::atomic_ref<u64, cuda::thread_scope_device>(a.launches[0])
+                             .load(cuda::memory_order_relaxed) +
+                         1;
+  }
+}
+
+// This CTA's part of the launch is over (after its last task, or a failure): the last CTA to
+// leave records the launch as completed and resets the count for the next one. The next launch
+// on the stream starts after this kernel ends, so it reads the new number.
+__device__ __forceinline__ void end_launch(const KernelArgs& a) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  __threadfence();
+  if (atomicAdd(&a.launches[1], 1ull) == gridDim.x - 1) {
+    cuda::atomic_ref<u64, cuda::thread_scope_device>(a.launches[1])
+        .store(0, cuda::memory_order_relaxed);
+    cuda::atomic_ref<u64, cuda::thread_scope_device>(a.launches[0])
+        .store(task_state().epoch, cuda::memory_order_release);
+  }
 }
 
 // The start of task `t`: its deadline begins now. The barrier publishes the state to the CTA.
@@ -103,7 +131,7 @@ __device__ inline bool wait_all(const KernelArgs& a, const Wait* waits, int n) {
   if (threadIdx.x == 0) {
     for (int i = 0; i < n && !st.failed; ++i) {
       const Wait w = waits[i];
-      const u64 target = (a.epoch - w.lag) * static_cast<u64>(w.count);
+      const u64 target = (st.epoch - w.lag) * static_cast<u64>(w.count);
       // Spin with relaxed loads and acquire once, after the count is reached: an acquire at
       // system scope per poll (a fence each) from a hundred waiting CTAs slowed the memory
       // traffic of the CTAs they wait for by two orders of magnitude (MoE dispatch rows at

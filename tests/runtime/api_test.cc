@@ -167,6 +167,82 @@ GPU_TEST_CASE("api: tensors bound to the caller's memory, launches on the caller
   MKC_CU(d, cuStreamDestroy, stream);
 }
 
+// A launch captured in a CUDA graph is the next launch at every replay: the kernel numbers its
+// launches on the GPU (abi::KernelArgs::launches), so a consumer's waits (b's tiles on a's) move
+// on with each replay. 200 replays, each after fresh inputs were copied in on the stream, each
+// result checked; the kernel's own count says every replay ran as a launch of its own.
+GPU_TEST_CASE("api: a launch captured in a CUDA graph replays with fresh inputs") {
+  const char* chain = R"(schedule chain {
+  param N = 100000
+  input  X : f32[N]
+  scratch T : f32[N]
+  output Y : f32[N]
+  device twice(x: f32) -> f32 { return 2.0f * x + 1.0f; }
+  compute a = map(twice, X -> T)
+  compute b = map(twice, T -> Y) after a.tile
+}
+)";
+  const int64_t n = 100000;
+  Kernel k = Kernel::from_string("chain.mks", chain, {.ranks = 1});
+  const rt::Driver& d = rt::Driver::get();
+  const CUcontext ctx = k.job().context(0);
+  DeviceMemory x(ctx, n * 4), y(ctx, n * 4);
+  k.bind("X", 0, x.get(), compiler::DType::kF32, {n});
+  k.bind("Y", 0, y.get(), compiler::DType::kF32, {n});
+  MKC_CU(d, cuCtxSetCurrent, ctx);
+  CUstream stream{};
+  MKC_CU(d, cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
+  std::vector<float> xs(n);
+  const auto fill = [&](int round) {
+    for (int64_t i = 0; i < n; ++i)
+      xs[i] = static_cast<float>(std::sin(0.001 * i + round) * 100.0 + round);
+  };
+  const auto count_bad = [&] {
+    const std::vector<float> got = read_floats(ctx, y.ptr(), n);
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += !(got[i] == 2.0f * (2.0f * xs[i] + 1.0f) + 1.0f);
+    return bad;
+  };
+  // One launch before the capture (the first one loads the module and tables).
+  fill(0);
+  MKC_CU(d, cuMemcpyHtoD, x.ptr(), xs.data(), n * 4);
+  k.launch_async({stream});
+  k.synchronize();
+  CHECK(count_bad() == 0);
+  MKC_CU(d, cuCtxSetCurrent, ctx);
+  MKC_CU(d, cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  k.launch_async({stream});
+  CUgraph graph{};
+  MKC_CU(d, cuStreamEndCapture, stream, &graph);
+  CUgraphExec exec{};
+  MKC_CU(d, cuGraphInstantiateWithFlags, &exec, graph, 0);
+  int bad_rounds = 0;
+  for (int round = 1; round <= 200; ++round) {
+    fill(round);
+    MKC_CU(d, cuCtxSetCurrent, ctx);
+    MKC_CU(d, cuMemcpyHtoDAsync, x.ptr(), xs.data(), n * 4, stream);
+    MKC_CU(d, cuMemsetD8Async, y.ptr(), 0xFF, n * 4, stream);  // NaN: every element rewritten
+    MKC_CU(d, cuGraphLaunch, exec, stream);
+    MKC_CU(d, cuStreamSynchronize, stream);
+    const int bad = count_bad();
+    if (bad != 0 && bad_rounds++ < 3) MESSAGE("replay ", round, ": ", bad, " wrong elements");
+  }
+  CHECK(bad_rounds == 0);
+  CHECK(k.job().device_launches(0) == 201);  // the launch before the capture, then 200 replays
+  MKC_CU(d, cuCtxSetCurrent, ctx);
+  MKC_CU(d, cuGraphExecDestroy, exec);
+  MKC_CU(d, cuGraphDestroy, graph);
+  // Launches after the graph go on counting from there.
+  fill(500);
+  MKC_CU(d, cuMemcpyHtoD, x.ptr(), xs.data(), n * 4);
+  k.launch_async({stream});
+  k.synchronize();
+  CHECK(count_bad() == 0);
+  CHECK(k.job().device_launches(0) == 202);
+  MKC_CU(d, cuCtxSetCurrent, ctx);
+  MKC_CU(d, cuStreamDestroy, stream);
+}
+
 // Two ranks in this process, sharing the GPU if there is one: a symmetric tensor (peers read it)
 // in the caller's memory on both ranks, all-reduced in place on the caller's streams.
 GPU_TEST_CASE("api: a symmetric tensor in the caller's memory when every rank is in this process") {
