@@ -133,6 +133,7 @@ class Kernel:
         self._text, self._defines, self._group = text, defines, group
         self._handle = None
         self._bound = {}
+        self._bound_ptrs = {}  # (name, rank) -> the address mkc_bind last set
         self._err = ctypes.create_string_buffer(16384)  # each call's error text (one per kernel)
 
     def __repr__(self):
@@ -187,28 +188,35 @@ class Kernel:
     def bind(self, name, tensor, rank=None):
         """The kernel reads and writes `tensor` as the schedule's `name` (of `rank`, default this
         process's) from the next launch on; no copy."""
+        self._bind(name, tensor, self.rank if rank is None else rank, None)
+
+    def _bind(self, name, tensor, rank, stream_handle):
         ptr = self.check(name, tensor)
-        _capture.refuse(f"bind {name}")  # a bind waits for the launches in flight
-        rank = self.rank if rank is None else rank
+        key = (name, rank)
+        if self._handle is not None and self._bound_ptrs.get(key) == ptr:
+            # The memory bound already (the same tensors at every launch): nothing changes, no
+            # wait for the launches in flight, nothing a CUDA graph capture forbids.
+            self._bound[key] = tensor
+            return
+        _capture.refuse(f"bind {name} (a bind waits for the launches in flight)", stream_handle)
         lib = _lib.lib()
         self._call(lib.mkc_bind, self._gpu(), name.encode(), rank, ctypes.c_void_p(ptr),
                    what=f"bind {name}")
-        self._bound[(name, rank)] = tensor  # kept alive while bound
+        self._bound[key] = tensor  # kept alive while bound
+        self._bound_ptrs[key] = ptr
 
     def launch(self, stream=None, **tensors):
         """Binds `tensors` (by the schedule's names) and enqueues one launch of every local rank on
         `stream` (a CUDA stream handle, a torch.cuda.Stream; default the framework's current
-        stream). May be captured into a CUDA graph once the kernel has launched eagerly, without
-        tensors (bind them before the capture); mkc/_capture.py says what is refused and why."""
+        stream). Tensors bound already (the same memory as the last launch's) cost no bind. May be
+        captured into a CUDA graph once the kernel has launched eagerly, with tensors bound before
+        the capture; mkc/_capture.py says what is refused and why."""
         handle = _stream_handle(stream)
         if self._handle is None:
             # The first launch compiles, loads and sets the heap up: not under a capture.
             _capture.refuse("launch (the first: JIT compile, module load, heap set-up)", handle)
-        elif tensors:
-            _capture.refuse("launch with tensors (a bind waits for the launches in flight)",
-                            handle)
         for name, t in tensors.items():
-            self.bind(name, t)
+            self._bind(name, t, self.rank, handle)
         self._call(_lib.lib().mkc_launch_async, self._gpu(), ctypes.c_void_p(handle),
                    what="launch")
 
@@ -258,6 +266,7 @@ class Kernel:
             _lib.lib().mkc_free(self._handle)
             self._handle = None
             self._bound.clear()
+            self._bound_ptrs.clear()
 
     def __del__(self):
         try:
@@ -270,6 +279,11 @@ def _stream_handle(stream):
     if stream is None:
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_available():
+            # PyTorch's raw-stream query (what its compiled code calls) skips building a Stream
+            # object, a few µs of every launch; the public call where it has none.
+            raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+            if raw is not None:
+                return raw(torch.cuda.current_device())
             return torch.cuda.current_stream().cuda_stream
         return 0
     if isinstance(stream, int):

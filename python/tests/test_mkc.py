@@ -282,6 +282,33 @@ class CaptureTest(unittest.TestCase):
                 self.assertIn("launch once eagerly", str(cm.exception))
         self.assertIsNone(self.k._handle)  # refused before the kernel went to the GPU
 
+    def test_the_same_tensors_again_bind_nothing(self):
+        """A launch with the tensors bound already makes no bind (no wait for the launches in
+        flight), so it may be captured; a new address binds, and refuses under a capture."""
+        calls = []
+        fake_lib = types.SimpleNamespace(
+            mkc_bind=lambda *a: calls.append("bind") or 0,
+            mkc_launch_async=lambda *a: calls.append("launch") or 0)
+        self.k._handle = ctypes.c_void_p(1)  # as if launched once (no GPU here)
+        x, y = FakeCudaArray((64,), ptr=0x7f0000000000), FakeCudaArray((64,), ptr=0x7f0000001000)
+        try:
+            with mock.patch.object(mkc._lib, "lib", lambda: fake_lib):
+                with mock.patch.dict(sys.modules, {"torch": fake_torch(capturing=False)}):
+                    self.k(X=x, Y=y)
+                    self.assertEqual(calls, ["bind", "bind", "launch"])
+                    self.k(X=FakeCudaArray((64,), ptr=0x7f0000000000), Y=y)  # same memory
+                    self.assertEqual(calls[3:], ["launch"])
+                with mock.patch.dict(sys.modules, {"torch": fake_torch(capturing=True)}):
+                    self.k.launch(stream=None, X=x, Y=y)  # captured: binds nothing
+                    self.assertEqual(calls[4:], ["launch"])
+                    with self.assertRaises(mkc.MkcError) as cm:
+                        self.k.launch(X=FakeCudaArray((64,), ptr=0x7f0000002000))
+                    self.assertIn("bind X", str(cm.exception))
+                    self.assertIn("cannot be captured into a CUDA graph", str(cm.exception))
+                    self.assertEqual(len(calls), 5)  # refused before any call
+        finally:
+            self.k._handle = None  # nothing for close() to free
+
     @unittest.skipIf(os.path.exists("/dev/nvidia0"), "a GPU is present")
     def test_no_capture_no_refusal(self):
         with mock.patch.dict(sys.modules, {"torch": fake_torch(capturing=False)}):
