@@ -1,7 +1,7 @@
 // gemm_tile: C[m0:m1, n0:n1] = A[m0:m1, k0:k1] B[k0:k1, n0:n1] (+ bias[n0:n1]), then the
 // epilogue function. Views {A, B, C[, bias]} (abi.h, GemmTileArgs). Device code: the TMA + wgmma
-// tile (templates/mkc/gemm_sm90.cuh) for 16-bit, 16-byte aligned operands, else the portable one
-// (templates/mkc/gemm.cuh).
+// tile (templates/mkc/gemm_sm90.cuh; swapped, Cᵀ = Bᵀ Aᵀ, for tiles of at most 32 rows) for 16-bit,
+// 16-byte aligned operands, else the portable one (templates/mkc/gemm.cuh).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -116,10 +116,15 @@ class GemmTile final : public Kind {
     const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
     return g.n1 - g.n0 > 128 ? 256 : 128;
   }
-  // Its rows: 64 for tiles of at most 64 rows (the consumers then split the columns), else 128.
+  // Its rows: 8, 16 or 32 for tiles of at most 32 rows (the swapped tile, templates/mkc/
+  // gemm_sm90.cuh SwapShape: the columns fill wgmma's 64 and the rows are its N, so few rows pad
+  // to 8 instead of 64), 64 for at most 64 (the consumers then split the columns), else 128.
   static int tma_m(const Task& t) {
     const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
-    return g.m1 - g.m0 <= 64 ? 64 : 128;
+    const int64_t rows = g.m1 - g.m0;
+    for (const int mp : {8, 16, 32, 64})
+      if (rows <= mp) return mp;
+    return 128;
   }
 };
 

@@ -28,8 +28,8 @@ inline bool tma_rows_ok(const View& v) {
 }
 
 // The dynamic shared memory of the wgmma GEMM pipeline for bm x bn tiles (three warpgroups,
-// templates/mkc/gemm_sm90.cuh, Shape): as many stages of (A bm x 128 bytes + B bn x 128 bytes)
-// as fit in 192 KB, at most 8, + 256 B of header + alignment slack.
+// templates/mkc/gemm_sm90.cuh, Shape or SwapShape, bm 8 to 128): as many stages of (A bm x 128
+// bytes + B bn x 128 bytes) as fit in 192 KB, at most 8, + 256 B of header + alignment slack.
 inline int gemm_ring_bytes(int bm, int bn) {
   const int stage = (bm + bn) * 128;
   return std::min(8, 196608 / stage) * stage + 2048;

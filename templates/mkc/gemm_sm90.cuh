@@ -2,7 +2,8 @@
 // accumulation, `wgmma` tensor-core instructions fed by TMA bulk tensor copies.
 //
 // One CTA of 384 threads (three warpgroups) computes BM x BN output tiles (128 x 256, 128 x 128 or,
-// for few rows, 64 x 128 / 64 x 256 where the consumers split the columns):
+// for few rows, 64 x 128 / 64 x 256 where the consumers split the columns, and for at most 32
+// rows the swapped 8/16/32 x 128/256 tiles of SwapShape below):
 //   - warpgroup 0 is the producer: one thread issues, for each K step of 64, a TMA copy of the A
 //     tile (128 x 64, K-major) and of the B tile (64 x BN, N-major, in 64-column boxes) into one
 //     stage of a STAGES-deep shared-memory ring, completing on that stage's `full` mbarrier;
@@ -42,9 +43,47 @@ struct Shape {
   // As deep as 192 KB allows (4 x 48 KB, 6 x 32 KB, 8 x 24 KB), at most 8 (the header's room).
   static constexpr int kStages = 196608 / kStageBytes < 8 ? 196608 / kStageBytes : 8;
   static constexpr int kWarpgroupN = BM == 128 ? BN : BN / 2;  // columns per consumer
+  static constexpr int kAcc = kWarpgroupN / 2;                 // f32 accumulators per thread
   static constexpr int kKey = BM * 1000 + BN;                  // the ring's geometry
+  static constexpr int kBN = BN;
+  static constexpr bool kSwap = false;
   // Header (pipeline state, mbarriers) + slack to align the ring to 1024 bytes + the ring.
   static constexpr int kSmemBytes = kStages * kStageBytes + 2048;
+};
+
+// The swapped tile for few rows (MP = 8, 16 or 32, the tile's rows rounded up): Cᵀ = Bᵀ Aᵀ, so
+// the GEMM's columns fill wgmma's M of 64 and its few rows are wgmma's N. A 64 x BN tile would
+// spend the tensor cores on 64 - M padded rows (a 1-row GEMM ran at 1/64 of their work per byte
+// of B, bound by them instead of by memory); here the padding is at most 7 rows. Same stages as
+// Shape (A: MP rows x 64 of K; B: 64 x BN in 64-column boxes), same producer; each consumer
+// warpgroup takes BN / 2 columns, one m64nMPk16 wgmma per 64-column box with the B box as the
+// MN-major A operand and the A box as the K-major B operand, and stores its accumulators
+// transposed (store_tile_swap).
+template <int MP, int BN>
+struct SwapShape {
+  static constexpr int kABytes = MP * kBK * 2;
+  static constexpr int kBBytes = kBK * BN * 2;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kStages = 196608 / kStageBytes < 8 ? 196608 / kStageBytes : 8;
+  static constexpr int kWarpgroupN = BN / 2;
+  static constexpr int kAcc = kWarpgroupN / 64 * (MP / 2);
+  static constexpr int kKey = 900000 + MP * 1000 + BN;
+  static constexpr int kBN = BN;
+  static constexpr int kMP = MP;
+  static constexpr bool kSwap = true;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2048;
+  static_assert(MP == 8 || MP == 16 || MP == 32, "swapped tiles of 8, 16 or 32 rows");
+  static_assert(kStageBytes % 1024 == 0, "stages stay aligned for the 128-byte swizzle");
+};
+
+// The tile's shape: swapped for at most 32 rows, else the BM x BN one.
+template <int BM, int BN, bool kSwapped = (BM < 64)>
+struct TileShape {
+  using type = Shape<BM, BN>;
+};
+template <int BM, int BN>
+struct TileShape<BM, BN, true> {
+  using type = SwapShape<BM, BN>;
 };
 
 template <typename TC>
@@ -175,6 +214,36 @@ __device__ __forceinline__ void store_tile(const float* acc, TC* C, long long ld
   }
 }
 
+// The epilogue of one consumer warpgroup of a swapped tile (SwapShape): C[row0.., col0..] from
+// its accumulators, WN / 64 boxes of a 64 (columns) x MP (rows) product each, plus bias, through
+// fn, cast to TC, below row m1 and column n1. In box b thread t holds columns 64b + (t/32)*16 +
+// (t%32)/4 (+8) and the row pairs 8j + 2(t%4); a warp's store covers 8 consecutive columns (16
+// bytes of a 16-bit C) in each of 4 rows: C is MP x BN, small next to the B it took to compute.
+template <typename TC, typename TBias, int MP, int WN, typename Fn>
+__device__ __forceinline__ void store_tile_swap(const float* acc, TC* C, long long ldc,
+                                                const TBias* bias, long long row0, long long col0,
+                                                long long m1, long long n1, int t, Fn fn) {
+  const int warp = t / 32, lane = t % 32;
+  const long long r = row0 + 2 * (lane % 4);
+#pragma unroll
+  for (int b = 0; b < WN / 64; ++b) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long col = col0 + 64 * b + 16 * warp + lane / 4 + 8 * h;
+      if (col >= n1) continue;
+      const float bv = bias ? to_f32(bias[col]) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < MP / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const long long row = r + 8 * j + e;
+          if (row < m1) C[row * ldc + col] = from_f32<TC>(fn(acc[b * (MP / 2) + 4 * j + 2 * h + e] + bv));
+        }
+      }
+    }
+  }
+}
+
 // The ring's state, kept in the first bytes of dynamic shared memory across the tasks of a CTA:
 // loads and consumptions are numbered from the ring's (re)initialisation, so stage = n % stages
 // and phase = (n / stages) & 1, and a task can start on stages an earlier task loaded for it.
@@ -206,12 +275,12 @@ __device__ __forceinline__ void reset_pipeline(unsigned char* smem) {
 // B is a 2-D [K, N] map, or with bz >= 0 slice bz of a 3-D [groups, K, N] one (a grouped GEMM's
 // weights: the zero fill then stops at the slice's K).
 // `kc`: the stage's first K element.
-template <int BM, int BN>
-__device__ __forceinline__ bool load_stage(const KernelArgs& a, unsigned n, unsigned char* ring,
-                                           u64* full, u64* empty, const TensorMap* map_a,
-                                           const TensorMap* map_b, long long m, long long nn,
-                                           int kc, int bz = -1) {
-  using S = Shape<BM, BN>;
+template <typename S>
+__device__ __forceinline__ bool load_stage_of(const KernelArgs& a, unsigned n, unsigned char* ring,
+                                              u64* full, u64* empty, const TensorMap* map_a,
+                                              const TensorMap* map_b, long long m, long long nn,
+                                              int kc, int bz = -1) {
+  constexpr int BN = S::kBN;
   const int s = n % S::kStages;
   if (n >= static_cast<unsigned>(S::kStages) &&
       !mbar_wait(a, empty + s, ((n / S::kStages) - 1) & 1, s))
@@ -230,6 +299,13 @@ __device__ __forceinline__ bool load_stage(const KernelArgs& a, unsigned n, unsi
     }
   }
   return true;
+}
+template <int BM, int BN>
+__device__ __forceinline__ bool load_stage(const KernelArgs& a, unsigned n, unsigned char* ring,
+                                           u64* full, u64* empty, const TensorMap* map_a,
+                                           const TensorMap* map_b, long long m, long long nn,
+                                           int kc, int bz = -1) {
+  return load_stage_of<Shape<BM, BN>>(a, n, ring, full, empty, map_a, map_b, m, nn, kc, bz);
 }
 #endif
 
@@ -391,15 +467,16 @@ __device__ __forceinline__ void gemm_run_jobs(const KernelArgs& a, int njobs, Jo
   __syncthreads();
 }
 
-// The pipeline (see the top of this file) over one job, the job held in registers. `args`
-// identifies the task for the cross-task prefetch; `next_args`/`next_v`: a GEMM tile of this class
-// that may be prefetched (GemmTileArgs), or null.
-template <typename TAB, typename TC, typename TBias, int BM, int BN, typename Fn>
+// The pipeline (see the top of this file) over one job, the job held in registers, in tiles of
+// shape S (Shape or SwapShape). `args` identifies the task for the cross-task prefetch;
+// `next_args`/`next_v`: a GEMM tile of this class that may be prefetched (GemmTileArgs), or null.
+template <typename TAB, typename TC, typename TBias, typename S, typename Fn>
 __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, TBias>& job,
                                          const long long* args, unsigned char* smem,
                                          const long long* next_args, const View* next_v, Fn fn) {
-  using S = Shape<BM, BN>;
-  constexpr int kStages = S::kStages, WN = S::kWarpgroupN;
+  constexpr int kStages = S::kStages, WN = S::kWarpgroupN, BN = S::kBN;
+  // Rows per tile (the A box's): the swapped tile's MP, else 64 or 128.
+  constexpr int BM = S::kABytes / (kBK * 2);
   static_assert(kStages <= 8, "the header holds 8 mbarriers of each kind");
   (void)next_v;  // the next task's K range is in its arguments
   TC* C = job.C;
@@ -437,8 +514,8 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
       for (long long mt = m0; ok && mt < m1; mt += BM) {
         for (long long nt = n0; ok && nt < n1; nt += BN) {
           for (int kt = skip; ok && kt < ktiles; ++kt)
-            ok = load_stage<BM, BN>(a, n++, ring, full, empty, map_a, map_b, mt, nt,
-                                    static_cast<int>(job.k0) + kt * kBK, job.bz);
+            ok = load_stage_of<S>(a, n++, ring, full, empty, map_a, map_b, mt, nt,
+                                  static_cast<int>(job.k0) + kt * kBK, job.bz);
           skip = 0;
         }
       }
@@ -451,8 +528,8 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
         const TensorMap* next_a = a.tensor_maps + next.map_a;
         const TensorMap* next_b = a.tensor_maps + next.map_b;
         for (int kt = 0; ok && kt < pre; ++kt)
-          ok = load_stage<BM, BN>(a, n++, ring, full, empty, next_a, next_b, next.m0, next.n0,
-                                  static_cast<int>(next.k0) + kt * kBK);
+          ok = load_stage_of<S>(a, n++, ring, full, empty, next_a, next_b, next.m0, next.n0,
+                                static_cast<int>(next.k0) + kt * kBK);
       }
       ps->next_load = n;
       ps->prefetched = pre;
@@ -466,9 +543,9 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
     bool ok = true;
     for (long long mt = m0; ok && mt < m1; mt += BM) {
       for (long long nt = n0; ok && nt < n1; nt += BN) {
-        float acc[WN / 2];
+        float acc[S::kAcc];
 #pragma unroll
-        for (int i = 0; i < WN / 2; ++i) acc[i] = 0.0f;
+        for (int i = 0; i < S::kAcc; ++i) acc[i] = 0.0f;
         for (int kt = 0; kt < ktiles; ++kt, ++c) {
           const int s = c % kStages;
           if (!mbar_wait(a, full + s, (c / kStages) & 1, s)) {
@@ -479,14 +556,27 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
           wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < kBK / 16; ++kk) {
-            // A: this warpgroup's 64 rows, K-major; 16 elements of K = 32 bytes along the row.
-            const u64 da = smem_desc(st + row_off * 128 + kk * 32, 16, 1024);
-            // B: N-major, 16 rows of K = 2 KB down; 64-column boxes 8 KB apart (leading), groups
-            // of 8 K rows 1 KB apart (stride); this warpgroup's columns start col_off / 64 boxes
-            // in.
-            const u64 db = smem_desc(st + S::kABytes + (col_off / 64) * (kBK * 128) + kk * 16 * 128,
-                                     kBK * 128, 1024);
-            wgmma_tile<TAB, WN>(acc, da, db);
+            if constexpr (S::kSwap) {
+              // Swapped: the A box (MP rows, K-major) is wgmma's B; each 64-column B box, as
+              // below, is wgmma's A, MN-major.
+              const u64 dr = smem_desc(st + kk * 32, 16, 1024);
+#pragma unroll
+              for (int b = 0; b < WN / 64; ++b) {
+                const u64 dc = smem_desc(
+                    st + S::kABytes + (col_off / 64 + b) * (kBK * 128) + kk * 16 * 128,
+                    kBK * 128, 1024);
+                wgmma_tile_ta<TAB, S::kMP>(acc + b * (S::kMP / 2), dc, dr);
+              }
+            } else {
+              // A: this warpgroup's 64 rows, K-major; 16 elements of K = 32 bytes along the row.
+              const u64 da = smem_desc(st + row_off * 128 + kk * 32, 16, 1024);
+              // B: N-major, 16 rows of K = 2 KB down; 64-column boxes 8 KB apart (leading),
+              // groups of 8 K rows 1 KB apart (stride); this warpgroup's columns start col_off /
+              // 64 boxes in.
+              const u64 db = smem_desc(
+                  st + S::kABytes + (col_off / 64) * (kBK * 128) + kk * 16 * 128, kBK * 128, 1024);
+              wgmma_tile<TAB, WN>(acc, da, db);
+            }
           }
           wgmma_commit();
           // The stage before is done with: give it back to the producer.
@@ -496,7 +586,11 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
         wgmma_wait<0>();
         if (!ok) break;
         if (t == 0) mbar_arrive(empty + (c - 1) % kStages);
-        store_tile<TC, TBias, WN>(acc, C, ldc, bias, mt + row_off, nt + col_off, m1, n1, t, fn);
+        if constexpr (S::kSwap)
+          store_tile_swap<TC, TBias, S::kMP, WN>(acc, C, ldc, bias, mt, nt + col_off, m1, n1, t,
+                                                 fn);
+        else
+          store_tile<TC, TBias, WN>(acc, C, ldc, bias, mt + row_off, nt + col_off, m1, n1, t, fn);
       }
     }
     if (threadIdx.x == 128) ps->next_consume = c;
@@ -530,7 +624,8 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
   job.map_b = a.tensor_maps + g.map_b;
   job.C = view_ptr<TC>(a, v[2], nb);
   job.bias = g.has_bias ? view_ptr<TBias>(a, v[3], nb) : nullptr;
-  gemm_run<TAB, TC, TBias, BM, BN>(a, job, args, smem, next_args, next_v, fn);
+  gemm_run<TAB, TC, TBias, typename TileShape<BM, BN>::type>(a, job, args, smem, next_args, next_v,
+                                                            fn);
 #else
   (void)next_args;
   (void)next_v;

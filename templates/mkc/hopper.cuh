@@ -187,6 +187,62 @@ MKC_DEFINE_WGMMA(256, f16, MKC_WGMMA_D128, MKC_WGMMA_D128_OPS, 128, 129, 130, 13
 #undef MKC_WGMMA_D64_OPS
 #undef MKC_WGMMA_D128_OPS
 
+// The swapped GEMM tile's wgmma (gemm_sm90.cuh, SwapShape): D(64 x N, f32) += A(64 x 16) x
+// B(16 x N) for N = 8, 16 and 32, with A MN-major (imm-trans-a 1: the GEMM's B box, 64 columns
+// contiguous, read as Bᵀ) and B K-major (the GEMM's A box of N rows). D is N / 2 registers.
+#define MKC_WGMMA_D4 "%0, %1, %2, %3"
+#define MKC_WGMMA_D8 MKC_WGMMA_D4 ", %4, %5, %6, %7"
+#define MKC_WGMMA_D16 MKC_WGMMA_D8 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define MKC_WGMMA_D4_OPS(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+#define MKC_WGMMA_D8_OPS(d) MKC_WGMMA_D4_OPS(d), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define MKC_WGMMA_D16_OPS(d)                                                                    \
+  MKC_WGMMA_D8_OPS(d), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+      "+f"(d[14]), "+f"(d[15])
+#define MKC_DEFINE_WGMMA_TA(N, AB, DREGS, DOPS, I0, I1)                                        \
+  __device__ __forceinline__ void wgmma_m64n##N##k16_ta_##AB(float* d, u64 da, u64 db) {       \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                  \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #AB "." #AB " {" DREGS      \
+                 "}, %" #I0 ", %" #I1 ", p, 1, 1, 1, 0;\n}\n"                                \
+                 : DOPS(d)                                                                     \
+                 : "l"(da), "l"(db));                                                          \
+  }
+MKC_DEFINE_WGMMA_TA(8, bf16, MKC_WGMMA_D4, MKC_WGMMA_D4_OPS, 4, 5)
+MKC_DEFINE_WGMMA_TA(8, f16, MKC_WGMMA_D4, MKC_WGMMA_D4_OPS, 4, 5)
+MKC_DEFINE_WGMMA_TA(16, bf16, MKC_WGMMA_D8, MKC_WGMMA_D8_OPS, 8, 9)
+MKC_DEFINE_WGMMA_TA(16, f16, MKC_WGMMA_D8, MKC_WGMMA_D8_OPS, 8, 9)
+MKC_DEFINE_WGMMA_TA(32, bf16, MKC_WGMMA_D16, MKC_WGMMA_D16_OPS, 16, 17)
+MKC_DEFINE_WGMMA_TA(32, f16, MKC_WGMMA_D16, MKC_WGMMA_D16_OPS, 16, 17)
+#undef MKC_DEFINE_WGMMA_TA
+#undef MKC_WGMMA_D4
+#undef MKC_WGMMA_D8
+#undef MKC_WGMMA_D16
+#undef MKC_WGMMA_D4_OPS
+#undef MKC_WGMMA_D8_OPS
+#undef MKC_WGMMA_D16_OPS
+
+// One swapped wgmma: 64 columns of the GEMM (A MN-major) by N of its rows (B K-major).
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_tile_ta(float* d, u64 da, u64 db) {
+  constexpr bool bf = is_same<T, __nv_bfloat16>::value;
+  static_assert(N == 8 || N == 16 || N == 32, "swapped wgmma tiles are 8, 16 or 32 rows here");
+  if constexpr (N == 8) {
+    if constexpr (bf)
+      wgmma_m64n8k16_ta_bf16(d, da, db);
+    else
+      wgmma_m64n8k16_ta_f16(d, da, db);
+  } else if constexpr (N == 16) {
+    if constexpr (bf)
+      wgmma_m64n16k16_ta_bf16(d, da, db);
+    else
+      wgmma_m64n16k16_ta_f16(d, da, db);
+  } else {
+    if constexpr (bf)
+      wgmma_m64n32k16_ta_bf16(d, da, db);
+    else
+      wgmma_m64n32k16_ta_f16(d, da, db);
+  }
+}
+
 // One wgmma of a 64 x BN tile with 16-bit inputs T (bf16 or f16), A in shared memory.
 template <typename T, int BN, int kTransB = 1>
 __device__ __forceinline__ void wgmma_tile(float* d, u64 da, u64 db, int accumulate = 1) {

@@ -135,7 +135,8 @@ GPU_TEST_CASE("every sample on the local GPUs matches the reference over three l
 }
 
 // The GEMM tile paths: the TMA + wgmma template (templates/mkc/gemm_sm90.cuh) with 128 x 256,
-// 128 x 128, 64 x 128 and 64 x 256 tiles, ragged M, N and K (TMA zero fill, guarded stores), f16
+// 128 x 128, 64 x 128 and 64 x 256 tiles and the swapped ones of 8, 16 and 32 rows, ragged M, N
+// and K (TMA zero fill, guarded stores), f16
 // inputs with an f32 output, bias plus a device-function epilogue; and the portable tile where TMA
 // cannot go (rows of 200 bytes are not 16-byte multiples). Each against the fp64 reference on
 // random data.
@@ -155,6 +156,11 @@ GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; the 
       {"f16_128_f32out", "f16", "f32", "128, 128, 64", 257, 200, 72, true},
       {"bf16_64x128", "bf16", "bf16", "64, 128, 64", 200, 392, 136, true},
       {"f16_64x256_f32out", "f16", "f32", "64, 256, 64", 130, 296, 200, true},
+      // Swapped tiles (at most 32 rows): 8 rows x 128 with N and K ragged, 16 x 256 into f32,
+      // and a 28-row tail (32) after a 64-row tile.
+      {"bf16_swap_m1", "bf16", "bf16", "64, 128, 64", 1, 520, 200, true},
+      {"f16_swap_m13_f32out", "f16", "f32", "64, 256, 64", 13, 296, 136, true},
+      {"bf16_swap_m92", "bf16", "bf16", "64, 128, 64", 92, 392, 136, true},
       {"bf16_portable", "bf16", "bf16", "128, 128, 64", 130, 70, 100, false},
   };
   for (const Variant& v : variants) {
