@@ -19,7 +19,7 @@ constexpr double kSmFlopsPerUs = 780e6 / 132;
 // columns between the consumers) measured 1.25-1.45x slower per flop on the large shapes.
 double efficiency(int64_t bm, int64_t bn) {
   if (bm == 128) return bn == 256 ? 0.92 : 0.74;
-  return bn == 256 ? 0.60 : 0.50;
+  return bn == 256 ? 0.60 : bn == 128 ? 0.50 : 0.40;
 }
 // A CTA's operand loads: bytes no other CTA of the wave reads stream from HBM at about 35 GB/s
 // per CTA (a decode GEMM's weight strip), bytes the wave shares come from L2 at about 120 GB/s.
@@ -39,6 +39,13 @@ constexpr int64_t kGroupRows = 8;
 
 int64_t cdiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;
+}
+
+// The rows a tile's wgmma computes: a 64-row tile of a GEMM of at most 32 rows runs swapped
+// (templates/mkc/gemm_sm90.cuh, SwapShape) on its rows rounded up to 8, 16 or 32.
+int64_t mma_rows(int64_t M, int64_t bm) {
+  if (bm != 64 || M > 32) return bm;
+  return M <= 8 ? 8 : M <= 16 ? 16 : 32;
 }
 
 }  // namespace
@@ -73,8 +80,8 @@ double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t spl
   const double own = a_bytes / a_readers + b_bytes / b_readers;
   const double load_us = own / kStreamBytesPerUs + (a_bytes + b_bytes - own) / kL2BytesPerUs;
   // Ragged tiles cost a whole tile: the tensor cores run on the zero fill.
-  const double mma_us = 2.0 * static_cast<double>(bm * bn) * static_cast<double>(part_k) /
-                        (kSmFlopsPerUs * efficiency(bm, bn));
+  const double mma_us = 2.0 * static_cast<double>(mma_rows(p.M, bm) * bn) *
+                        static_cast<double>(part_k) / (kSmFlopsPerUs * efficiency(bm, bn));
   const double compute_us = static_cast<double>(waves) * (std::max(mma_us, load_us) + kTileFixedUs);
   // Every operand once from HBM, partial sums written in f32 when split.
   const double out_bytes = static_cast<double>(p.M * p.N) * (parts > 1 ? 4.0 * parts : 2.0);
@@ -89,7 +96,9 @@ double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t spl
 std::vector<GemmCandidate> gemm_candidates(const GemmProblem& p) {
   std::vector<GemmCandidate> out;
   for (const int64_t bm : {128, 64}) {
-    for (const int64_t bn : {256, 128}) {
+    for (const int64_t bn : {256, 128, 64}) {
+      // 64 columns: the swapped tile's alone (at most 32 rows).
+      if (bn == 64 && mma_rows(p.M, bm) == bm) continue;
       for (const int64_t s : {1, 2, 4, 8}) {
         if (s > 1 && (!p.splittable || p.K / s < 1024)) continue;
         const int64_t parts = split_parts(p.K, s);

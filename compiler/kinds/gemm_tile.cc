@@ -104,8 +104,9 @@ class GemmTile final : public Kind {
   }
 
  private:
-  // The TMA + wgmma tile's N (128 or 256) when the operands allow it, else 0. TMA needs 16-byte
-  // aligned starts and row strides; wgmma takes bf16 or f16 A and B alike.
+  // The TMA + wgmma tile's N (128 or 256; 64 for a swapped tile of at most 64 columns) when the
+  // operands allow it, else 0. TMA needs 16-byte aligned starts and row strides; wgmma takes bf16
+  // or f16 A and B alike.
   static int tma_n(const Source& s, const Task& t) {
     if (!s.tensor_cores()) return 0;
     const View &a = t.views[0], &b = t.views[1];
@@ -114,6 +115,7 @@ class GemmTile final : public Kind {
     if (a.shape.size() != 2 || b.shape.size() != 2) return 0;
     if (!tma_rows_ok(a) || !tma_rows_ok(b)) return 0;
     const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    if (g.m1 - g.m0 <= 32 && g.n1 - g.n0 <= 64) return 64;
     return g.n1 - g.n0 > 128 ? 256 : 128;
   }
   // Its rows: 8, 16 or 32 for tiles of at most 32 rows (the swapped tile, templates/mkc/

@@ -95,7 +95,7 @@ void Lowerer::lower_gemm(int i) {
                          parts, part_k, K, mb * nb, ctas);
   }
   // What the cost model predicts for the pick and for its best alternative (tune/gemm_model.h).
-  if (bk == 64 && (bm == 64 || bm == 128) && (bn == 128 || bn == 256)) {
+  if (bk == 64 && (bm == 64 || bm == 128) && (bn == 64 || bn == 128 || bn == 256)) {
     for (const tune::GemmCandidate& c : candidates) {
       if (c.bm == bm && c.bn == bn && c.split_k == parts) continue;
       why += fmt::format("; model: {:.0f} us, runner-up {} {:.0f} us",

@@ -44,6 +44,7 @@ struct Shape {
   static constexpr int kStages = 196608 / kStageBytes < 8 ? 196608 / kStageBytes : 8;
   static constexpr int kWarpgroupN = BM == 128 ? BN : BN / 2;  // columns per consumer
   static constexpr int kAcc = kWarpgroupN / 2;                 // f32 accumulators per thread
+  static constexpr int kConsumers = 2;                         // consumer warpgroups at work
   static constexpr int kKey = BM * 1000 + BN;                  // the ring's geometry
   static constexpr int kBN = BN;
   static constexpr bool kSwap = false;
@@ -56,16 +57,18 @@ struct Shape {
 // spend the tensor cores on 64 - M padded rows (a 1-row GEMM ran at 1/64 of their work per byte
 // of B, bound by them instead of by memory); here the padding is at most 7 rows. Same stages as
 // Shape (A: MP rows x 64 of K; B: 64 x BN in 64-column boxes), same producer; each consumer
-// warpgroup takes BN / 2 columns, one m64nMPk16 wgmma per 64-column box with the B box as the
-// MN-major A operand and the A box as the K-major B operand, and stores its accumulators
-// transposed (store_tile_swap).
+// warpgroup takes BN / 2 columns (BN 64: the first takes them all, the second idles: the narrow
+// wgmma are far from binding, and 64-column tiles give a decode GEMM twice the CTAs to stream B
+// with), one m64nMPk16 wgmma per 64-column box with the B box as the MN-major A operand and the
+// A box as the K-major B operand, and stores its accumulators transposed (store_tile_swap).
 template <int MP, int BN>
 struct SwapShape {
   static constexpr int kABytes = MP * kBK * 2;
   static constexpr int kBBytes = kBK * BN * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kStages = 196608 / kStageBytes < 8 ? 196608 / kStageBytes : 8;
-  static constexpr int kWarpgroupN = BN / 2;
+  static constexpr int kConsumers = BN == 64 ? 1 : 2;
+  static constexpr int kWarpgroupN = BN / kConsumers;
   static constexpr int kAcc = kWarpgroupN / 64 * (MP / 2);
   static constexpr int kKey = 900000 + MP * 1000 + BN;
   static constexpr int kBN = BN;
@@ -73,6 +76,7 @@ struct SwapShape {
   static constexpr bool kSwap = true;
   static constexpr int kSmemBytes = kStages * kStageBytes + 2048;
   static_assert(MP == 8 || MP == 16 || MP == 32, "swapped tiles of 8, 16 or 32 rows");
+  static_assert(BN == 64 || BN == 128 || BN == 256, "swapped tiles of 64, 128 or 256 columns");
   static_assert(kStageBytes % 1024 == 0, "stages stay aligned for the 128-byte swizzle");
 };
 
@@ -237,7 +241,8 @@ __device__ __forceinline__ void store_tile_swap(const float* acc, TC* C, long lo
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const long long row = r + 8 * j + e;
-          if (row < m1) C[row * ldc + col] = from_f32<TC>(fn(acc[b * (MP / 2) + 4 * j + 2 * h + e] + bv));
+          if (row < m1)
+            C[row * ldc + col] = from_f32<TC>(fn(acc[b * (MP / 2) + 4 * j + 2 * h + e] + bv));
         }
       }
     }
@@ -495,7 +500,7 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
   if (threadIdx.x == 0 && ps->bn != S::kKey) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full + s, 1);
-      mbar_init(empty + s, 2);
+      mbar_init(empty + s, S::kConsumers);  // one arrive per consumer at work
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     ps->bn = S::kKey;
@@ -540,7 +545,7 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
     unsigned c = ps->next_consume;
     // This warpgroup's part of each tile: rows row_off.., columns col_off..
     const int row_off = BM == 128 ? 64 * w : 0, col_off = BM == 128 ? 0 : WN * w;
-    bool ok = true;
+    bool ok = w < S::kConsumers;  // else this warpgroup idles (a 64-column swapped tile)
     for (long long mt = m0; ok && mt < m1; mt += BM) {
       for (long long nt = n0; ok && nt < n1; nt += BN) {
         float acc[S::kAcc];
@@ -562,9 +567,9 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
               const u64 dr = smem_desc(st + kk * 32, 16, 1024);
 #pragma unroll
               for (int b = 0; b < WN / 64; ++b) {
-                const u64 dc = smem_desc(
-                    st + S::kABytes + (col_off / 64 + b) * (kBK * 128) + kk * 16 * 128,
-                    kBK * 128, 1024);
+                const u64 dc =
+                    smem_desc(st + S::kABytes + (col_off / 64 + b) * (kBK * 128) + kk * 16 * 128,
+                              kBK * 128, 1024);
                 wgmma_tile_ta<TAB, S::kMP>(acc + b * (S::kMP / 2), dc, dr);
               }
             } else {
@@ -625,7 +630,7 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
   job.C = view_ptr<TC>(a, v[2], nb);
   job.bias = g.has_bias ? view_ptr<TBias>(a, v[3], nb) : nullptr;
   gemm_run<TAB, TC, TBias, typename TileShape<BM, BN>::type>(a, job, args, smem, next_args, next_v,
-                                                            fn);
+                                                             fn);
 #else
   (void)next_args;
   (void)next_v;

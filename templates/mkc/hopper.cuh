@@ -195,16 +195,17 @@ MKC_DEFINE_WGMMA(256, f16, MKC_WGMMA_D128, MKC_WGMMA_D128_OPS, 128, 129, 130, 13
 #define MKC_WGMMA_D16 MKC_WGMMA_D8 ", %8, %9, %10, %11, %12, %13, %14, %15"
 #define MKC_WGMMA_D4_OPS(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 #define MKC_WGMMA_D8_OPS(d) MKC_WGMMA_D4_OPS(d), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-#define MKC_WGMMA_D16_OPS(d)                                                                    \
+#define MKC_WGMMA_D16_OPS(d)                                                                       \
   MKC_WGMMA_D8_OPS(d), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
       "+f"(d[14]), "+f"(d[15])
-#define MKC_DEFINE_WGMMA_TA(N, AB, DREGS, DOPS, I0, I1)                                        \
-  __device__ __forceinline__ void wgmma_m64n##N##k16_ta_##AB(float* d, u64 da, u64 db) {       \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                  \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #AB "." #AB " {" DREGS      \
-                 "}, %" #I0 ", %" #I1 ", p, 1, 1, 1, 0;\n}\n"                                \
-                 : DOPS(d)                                                                     \
-                 : "l"(da), "l"(db));                                                          \
+#define MKC_DEFINE_WGMMA_TA(N, AB, DREGS, DOPS, I0, I1)                                     \
+  __device__ __forceinline__ void wgmma_m64n##N##k16_ta_##AB(float* d, u64 da, u64 db) {    \
+    asm volatile(                                                                           \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                          \
+        "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #AB "." #AB " {" DREGS "}, %" #I0 \
+        ", %" #I1 ", p, 1, 1, 1, 0;\n}\n"                                                   \
+        : DOPS(d)                                                                           \
+        : "l"(da), "l"(db));                                                                \
   }
 MKC_DEFINE_WGMMA_TA(8, bf16, MKC_WGMMA_D4, MKC_WGMMA_D4_OPS, 4, 5)
 MKC_DEFINE_WGMMA_TA(8, f16, MKC_WGMMA_D4, MKC_WGMMA_D4_OPS, 4, 5)

@@ -157,10 +157,11 @@ GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; the 
       {"bf16_64x128", "bf16", "bf16", "64, 128, 64", 200, 392, 136, true},
       {"f16_64x256_f32out", "f16", "f32", "64, 256, 64", 130, 296, 200, true},
       // Swapped tiles (at most 32 rows): 8 rows x 128 with N and K ragged, 16 x 256 into f32,
-      // and a 28-row tail (32) after a 64-row tile.
+      // a 28-row tail (32) after a 64-row tile, and 8 x 64 (one consumer warpgroup at work).
       {"bf16_swap_m1", "bf16", "bf16", "64, 128, 64", 1, 520, 200, true},
       {"f16_swap_m13_f32out", "f16", "f32", "64, 256, 64", 13, 296, 136, true},
       {"bf16_swap_m92", "bf16", "bf16", "64, 128, 64", 92, 392, 136, true},
+      {"bf16_swap_n64", "bf16", "bf16", "64, 64, 64", 5, 200, 136, true},
       {"bf16_portable", "bf16", "bf16", "128, 128, 64", 130, 70, 100, false},
   };
   for (const Variant& v : variants) {
