@@ -191,8 +191,15 @@ class Kernel:
         self._bind(name, tensor, self.rank if rank is None else rank, None)
 
     def _bind(self, name, tensor, rank, stream_handle):
-        ptr = self.check(name, tensor)
         key = (name, rank)
+        if self._bound.get(key) is tensor and self._handle is not None:
+            # The very tensor bound already: its address and shape looked at again, the rest of
+            # the check (type, device, layout) stands from its bind. A few µs of each launch.
+            ptr = _tensors.quick_address(tensor)
+            if ptr is not None and ptr == self._bound_ptrs.get(key) and \
+                    tuple(tensor.shape) == self.tensors[name].shape:
+                return
+        ptr = self.check(name, tensor)
         if self._handle is not None and self._bound_ptrs.get(key) == ptr:
             # The memory bound already (the same tensors at every launch): nothing changes, no
             # wait for the launches in flight, nothing a CUDA graph capture forbids.
@@ -217,8 +224,11 @@ class Kernel:
             _capture.refuse("launch (the first: JIT compile, module load, heap set-up)", handle)
         for name, t in tensors.items():
             self._bind(name, t, self.rank, handle)
-        self._call(_lib.lib().mkc_launch_async, self._gpu(), ctypes.c_void_p(handle),
-                   what="launch")
+        # The C call straight (its argtypes take the integers): a launch's host time is the
+        # package's overhead over the C API, a few µs at most (python/tests/gpu_torch.py, part c).
+        err = self._err
+        if _lib.lib().mkc_launch_async(self._handle or self._gpu(), handle, err, len(err)) != 0:
+            raise MkcError(f"mkc launch: {err.value.decode(errors='replace')}")
 
     __call__ = launch
 
@@ -275,15 +285,26 @@ class Kernel:
             pass
 
 
+_current_stream = None  # () -> PyTorch's current stream handle, once PyTorch with CUDA was found
+
+
 def _stream_handle(stream):
+    global _current_stream
     if stream is None:
+        if _current_stream is not None:
+            return _current_stream()
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_available():
-            # PyTorch's raw-stream query (what its compiled code calls) skips building a Stream
-            # object, a few µs of every launch; the public call where it has none.
-            raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
-            if raw is not None:
-                return raw(torch.cuda.current_device())
+            # PyTorch's raw-stream query (what its compiled code calls), found once: no Stream
+            # object and no availability check per launch, a few µs of each; the public call
+            # where it has none.
+            c = getattr(torch, "_C", None)
+            raw = getattr(c, "_cuda_getCurrentRawStream", None)
+            device = getattr(c, "_cuda_getDevice", None)
+            if raw is not None and device is not None:
+                torch.cuda.current_device()  # PyTorch's CUDA initialised, as its public calls do
+                _current_stream = lambda: raw(device())
+                return _current_stream()
             return torch.cuda.current_stream().cuda_stream
         return 0
     if isinstance(stream, int):

@@ -309,6 +309,44 @@ class CaptureTest(unittest.TestCase):
         finally:
             self.k._handle = None  # nothing for close() to free
 
+    def test_a_bound_torch_tensor_is_rebound_when_its_memory_moves(self):
+        """The same tensor object again takes the quick path (its address and shape looked at);
+        when its storage moved (a new address under the same object) it binds again."""
+        class Tensor:  # as much of a torch.Tensor as mkc reads
+            __module__ = "torch"
+
+            def __init__(self, ptr):
+                self.ptr, self.shape, self.dtype = ptr, (64,), "torch.float32"
+                self.device = types.SimpleNamespace(type="cuda", index=0)
+
+            def data_ptr(self):
+                return self.ptr
+
+            def is_contiguous(self):
+                return True
+
+        calls = []
+        fake_lib = types.SimpleNamespace(
+            mkc_bind=lambda *a: calls.append(("bind", a[3].value if hasattr(a[3], "value")
+                                              else a[3])) or 0,
+            mkc_launch_async=lambda *a: calls.append(("launch",)) or 0)
+        self.k._handle = ctypes.c_void_p(1)
+        x, y = Tensor(0x7f0000000000), Tensor(0x7f0000001000)
+        try:
+            with mock.patch.object(mkc._lib, "lib", lambda: fake_lib), \
+                    mock.patch.dict(sys.modules, {"torch": fake_torch(capturing=False)}):
+                self.k(X=x, Y=y)
+                self.k(X=x, Y=y)
+                self.assertEqual([c[0] for c in calls], ["bind", "bind", "launch", "launch"])
+                x.ptr = 0x7f0000002000  # the same object, its storage elsewhere
+                self.k(X=x, Y=y)
+                self.assertEqual(calls[4:], [("bind", 0x7f0000002000), ("launch",)])
+                x.shape = (32,)  # resized in place: refused by the full check
+                with self.assertRaises(mkc.TensorError):
+                    self.k(X=x, Y=y)
+        finally:
+            self.k._handle = None
+
     @unittest.skipIf(os.path.exists("/dev/nvidia0"), "a GPU is present")
     def test_no_capture_no_refusal(self):
         with mock.patch.dict(sys.modules, {"torch": fake_torch(capturing=False)}):
