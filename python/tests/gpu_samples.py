@@ -1,0 +1,157 @@
+"""The collective and fused-GEMM samples through the Python package, against PyTorch.
+
+One process per rank (torchrun), the ranks found through the torch.distributed group (gloo), the
+processes sharing the GPUs there are:
+
+    torchrun --nproc_per_node 3 python/tests/gpu_samples.py [--launches 2] [--only allgather,...]
+
+For each of allgather, allreduce, reducescatter, gemm_allreduce, allgather_gemm and
+gemm_reducescatter (samples/*.mks at small shapes whose rows divide by 2 and 3 ranks): compile
+with group=, then for each launch draw fresh random inputs, put them where the kernel reads them
+(bound PyTorch tensors; symmetric ones filled in place through Kernel.symmetric), poison the
+outputs, launch on the current stream, and compare with PyTorch's result in fp32 from every
+rank's inputs (gathered over the group): relative L2 error at most 1e-2. Prints PASS or FAIL per
+sample; exit 1 when any fails on any rank. Needs the mkc package (PYTHONPATH=python with MKC_LIB
+naming libmkc.so, or the wheel). Not part of //python:wheel_test (no GPU there).
+"""
+import argparse
+import faulthandler
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import mkc
+
+SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "samples")
+TOL = 1e-2
+# Rows divisible by 2 and 3 ranks and, per rank, whole 128-row chunks at both.
+M = 768
+SHAPES = {
+    "allgather": {"M": M, "K": 64},
+    "allreduce": {"N": 6144},
+    "reducescatter": {"M": M, "N": 64},
+    "gemm_allreduce": {"M": 256, "N": 256, "K": 64},
+    "allgather_gemm": {"M": M, "N": 256, "K": 128},
+    "gemm_reducescatter": {"M": M, "N": 256, "K": 64},
+}
+
+
+def gathered(t):
+    """Every rank's `t` (on the CPU, fp32), in rank order."""
+    t = t.float().cpu().contiguous()
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t)
+    return parts
+
+
+def rel_err(got, ref):
+    got, ref = got.float().cpu(), ref.float().cpu()
+    if not torch.isfinite(got).all():
+        return float("inf")
+    return ((got - ref).norm() / ref.norm()).item()
+
+
+def poison(t):
+    t.fill_(float("nan"))
+    return t
+
+
+def one_launch(name, k, d, rank, R, gen):
+    """One launch of sample `name` on fresh inputs; its relative L2 error."""
+    def randn(*shape, dtype=torch.bfloat16, scale=1.0):
+        return (torch.randn(*shape, device="cuda", generator=gen) * scale).to(dtype)
+
+    # Peers read and write this rank's symmetric tensors during their launches: none is filled
+    # or poisoned until every rank's last launch is over, and none launches before every rank
+    # has filled and poisoned (the barrier before each launch below).
+    torch.cuda.synchronize()
+    dist.barrier()
+
+    if name == "allgather":
+        x = randn(d["M"] // R, d["K"])
+        poison(k.symmetric("Y"))
+        dist.barrier()
+        k(X=x)
+        k.synchronize()
+        return rel_err(k.symmetric("Y"), torch.cat(gathered(x)))
+    if name == "allreduce":
+        x = randn(d["N"])
+        k.symmetric("X").copy_(x)
+        dist.barrier()
+        k.launch()
+        k.synchronize()
+        return rel_err(k.symmetric("X"), sum(gathered(x)))
+    if name == "reducescatter":
+        x = randn(d["M"], d["N"], dtype=torch.float32)
+        k.symmetric("X").copy_(x)
+        y = poison(torch.empty(d["M"] // R, d["N"], device="cuda", dtype=torch.float32))
+        dist.barrier()
+        k(Y=y)
+        k.synchronize()
+        rows = d["M"] // R
+        return rel_err(y, sum(gathered(x))[rank * rows:(rank + 1) * rows])
+    if name == "gemm_allreduce":
+        a, b = randn(d["M"], d["K"]), randn(d["K"], d["N"], scale=d["K"] ** -0.5)
+        poison(k.symmetric("C"))
+        dist.barrier()
+        k(A=a, B=b)
+        k.synchronize()
+        return rel_err(k.symmetric("C"), sum(x @ w for x, w in zip(gathered(a), gathered(b))))
+    if name == "allgather_gemm":
+        a, b = randn(d["M"] // R, d["K"]), randn(d["K"], d["N"], scale=d["K"] ** -0.5)
+        c = poison(torch.empty(d["M"], d["N"], device="cuda", dtype=torch.bfloat16))
+        dist.barrier()
+        k(A_part=a, B=b, C=c)
+        k.synchronize()
+        return rel_err(c, torch.cat(gathered(a)) @ b.float().cpu())
+    if name == "gemm_reducescatter":
+        a, b = randn(d["M"], d["K"]), randn(d["K"], d["N"], scale=d["K"] ** -0.5)
+        y = poison(torch.empty(d["M"] // R, d["N"], device="cuda", dtype=torch.bfloat16))
+        dist.barrier()
+        k(A=a, B=b, Y=y)
+        k.synchronize()
+        rows = d["M"] // R
+        full = sum(x @ w for x, w in zip(gathered(a), gathered(b)))
+        return rel_err(y, full[rank * rows:(rank + 1) * rows])
+    raise KeyError(name)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--launches", type=int, default=2, help="launches per sample, fresh inputs each")
+    ap.add_argument("--only", default=",".join(SHAPES), help="samples, comma-separated")
+    ap.add_argument("--watchdog", type=float, default=600, help="seconds before exit 1")
+    args = ap.parse_args()
+    faulthandler.dump_traceback_later(args.watchdog, exit=True)  # no hang outlives this
+    dist.init_process_group("gloo")
+    rank, R = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    gen = torch.Generator(device="cuda")
+    failed = []
+    for name in args.only.split(","):
+        d = SHAPES[name]
+        k = mkc.compile(os.path.join(SAMPLES, name + ".mks"), group=dist.group.WORLD, **d)
+        worst = 0.0
+        for launch in range(args.launches):
+            gen.manual_seed(7919 * launch + 104729 * rank + len(name))
+            worst = max(worst, one_launch(name, k, d, rank, R, gen))
+        k.close()
+        ok = worst <= TOL
+        if not ok:
+            failed.append(name)
+        print(f"gpu_samples[{rank}]: {'PASS' if ok else 'FAIL'} {name} at {R} ranks "
+              f"({', '.join(f'{key}={v}' for key, v in d.items())}): {args.launches} launches, "
+              f"worst rel. L2 error {worst:.2e}", flush=True)
+    all_ok = torch.tensor([0 if failed else 1])
+    dist.all_reduce(all_ok, op=dist.ReduceOp.MIN)
+    dist.destroy_process_group()
+    if rank == 0:
+        print(f"gpu_samples: {'PASS' if all_ok.item() else 'FAIL'} at {R} ranks")
+    return 0 if all_ok.item() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
