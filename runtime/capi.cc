@@ -250,6 +250,26 @@ int mkc_trace(mkc_kernel* k, const char* path, char* err, int err_len) {
   });
 }
 
+int mkc_tune(mkc_kernel* k, int candidates, double budget_s, int iters, double* us, char* progress,
+             int progress_len, char* err, int err_len) {
+  std::ostringstream lines;
+  const int rc = guarded(err, err_len, [&] {
+    if (k == nullptr || us == nullptr) throw mkc::UserError("mkc_tune: null argument");
+    if (candidates < 1 || iters < 1 || !(budget_s > 0)) {
+      throw mkc::UserError(fmt::format(
+          "mkc_tune: candidates {} and iters {} must be at least 1, budget_s {} above 0",
+          candidates, iters, budget_s));
+    }
+    mkc::TuneOptions o;
+    o.candidates = candidates;
+    o.budget_s = budget_s;
+    o.iters = iters;
+    *us = k->kernel.tune(o, &lines);
+  });
+  if (progress != nullptr) put(lines.str(), progress, progress_len);
+  return rc;
+}
+
 int mkc_paths(mkc_kernel* k, char* out, int out_len) {
   if (k == nullptr) {
     put("mkc_paths: null kernel", out, out_len);

@@ -24,9 +24,9 @@ extern "C" {
 typedef struct mkc_kernel mkc_kernel;
 
 /* The version of this API: 2 added mkc_inspect, mkc_compile_string and mkc_free_string; 3
- * mkc_compile_string_group. A caller built for another version should refuse the library
- * (python/mkc does). */
-#define MKC_ABI_VERSION 3
+ * mkc_compile_string_group; 4 mkc_tune. A caller built for another version should refuse the
+ * library (python/mkc does). */
+#define MKC_ABI_VERSION 4
 int mkc_abi_version(void);
 
 /* Checks, plans and generates the schedule `text` (`name` is the file name its diagnostics use)
@@ -79,6 +79,14 @@ int mkc_synchronize(mkc_kernel* k, char* err, int err_len);
 /* One traced launch (waits for it): every task's start and end per CTA, written to `path` as
  * Chrome/Perfetto trace JSON, as `mkc run --trace` writes it. */
 int mkc_trace(mkc_kernel* k, const char* path, char* err, int err_len);
+/* Kernel::tune (docs/TUNING.md): measures the cost model's best `candidates` for each GEMM
+ * without tile(...) (at most `budget_s` seconds, `iters` launches timed each) on this process's
+ * GPUs, stores the fastest in the tuning database and rebuilds the kernel with it; bindings and
+ * tensor contents do not survive. *us gets the winner's µs per launch (0: nothing to tune);
+ * `progress` (may be null) a line per measurement, truncated to progress_len. Every rank must be
+ * in this process (a group's kernel is refused: each process would measure). */
+int mkc_tune(mkc_kernel* k, int candidates, double budget_s, int iters, double* us, char* progress,
+             int progress_len, char* err, int err_len);
 /* One line per task class of the kernel: the device code it runs (tensor cores or SIMT). */
 int mkc_paths(mkc_kernel* k, char* out, int out_len);
 void mkc_free(mkc_kernel* k);

@@ -11,10 +11,10 @@ docs/PYTHON.md says what is built and what is not yet.
 """
 from ._capture import CUDA_GRAPHS
 from ._errors import MkcError, ScheduleError, TensorError
-from ._kernel import Kernel, TensorSpec, compile
+from ._kernel import Kernel, TensorSpec, compile, tune
 from ._symmetric import SymmetricArray
 from ._torch_op import torch_op
 
 __version__ = "0.1.0"
-__all__ = ["compile", "Kernel", "TensorSpec", "SymmetricArray", "torch_op", "CUDA_GRAPHS",
+__all__ = ["compile", "tune", "Kernel", "TensorSpec", "SymmetricArray", "torch_op", "CUDA_GRAPHS",
            "MkcError", "ScheduleError", "TensorError"]

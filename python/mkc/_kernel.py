@@ -113,6 +113,15 @@ def compile(schedule, *, ranks=None, ranks_per_node=None, group=None, name=None,
     return Kernel(info, source, text, defines, nranks, per_node, rank, group)
 
 
+def tune(schedule, *, candidates=6, budget_s=600.0, iters=20, **compile_args):
+    """`mkc tune` from Python: `schedule` (a Kernel, or what mkc.compile takes, with its keyword
+    arguments) tuned on this process's GPUs (Kernel.tune); returns the kernel, rebuilt with the
+    winner. The measurements are in its `tune_log`."""
+    k = schedule if isinstance(schedule, Kernel) else compile(schedule, **compile_args)
+    k.tune(candidates=candidates, budget_s=budget_s, iters=iters)
+    return k
+
+
 class Kernel:
     """A compiled schedule: its tensors, its compile summary, and (on a GPU) its launches.
 
@@ -134,6 +143,7 @@ class Kernel:
         self._handle = None
         self._bound = {}
         self._bound_ptrs = {}  # (name, rank) -> the address mkc_bind last set
+        self.tune_log = ""  # the last tune()'s lines, one per measurement
         self._err = ctypes.create_string_buffer(16384)  # each call's error text (one per kernel)
 
     def __repr__(self):
@@ -242,6 +252,27 @@ class Kernel:
         _capture.refuse("trace")
         lib = _lib.lib()
         self._call(lib.mkc_trace, self._gpu(), path.encode(), what="trace")
+
+    def tune(self, candidates=6, budget_s=600.0, iters=20):
+        """Measures the cost model's best `candidates` tiles and splits for each GEMM without
+        tile(...) on this process's GPUs (at most `budget_s` seconds, `iters` launches each),
+        stores the fastest in the tuning database (docs/TUNING.md) and rebuilds the kernel with
+        it, as `mkc tune` does. Returns the winner's µs per launch (0.0: nothing to tune); the
+        measurements' lines are in `self.tune_log`. Bindings do not survive: bind again. Every
+        rank must be in this process (a kernel compiled with group= is refused)."""
+        _capture.refuse("tune")
+        lib = _lib.lib()
+        us = ctypes.c_double(0.0)
+        progress = ctypes.create_string_buffer(65536)
+        handle = self._gpu()
+        self._bound.clear()  # the rebuilt kernel starts on its own heap
+        self._bound_ptrs.clear()
+        rc = lib.mkc_tune(handle, int(candidates), float(budget_s), int(iters), ctypes.byref(us),
+                          progress, len(progress), self._err, len(self._err))
+        self.tune_log = progress.value.decode(errors="replace")
+        if rc != 0:
+            raise MkcError(f"mkc tune: {self._err.value.decode(errors='replace')}")
+        return us.value
 
     def data_ptr(self, name, rank=None):
         """The device address of `name` (of `rank`) the kernel uses: for symmetric tensors the

@@ -15,7 +15,7 @@ GATHER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, cty
                              ctypes.c_void_p)
 
 # The C API's version this package speaks (mkc_abi_version); a library of another is refused.
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 _lib = None
 
@@ -66,6 +66,8 @@ def lib():
         "mkc_launch_async": ([c_void_p, c_void_p, c_char_p, c_int], c_int),
         "mkc_synchronize": ([c_void_p, c_char_p, c_int], c_int),
         "mkc_trace": ([c_void_p, c_char_p, c_char_p, c_int], c_int),
+        "mkc_tune": ([c_void_p, c_int, ctypes.c_double, c_int, ctypes.POINTER(ctypes.c_double),
+                      c_char_p, c_int, c_char_p, c_int], c_int),
         "mkc_free": ([c_void_p], None),
     }
     del pp_char

@@ -347,6 +347,38 @@ class CaptureTest(unittest.TestCase):
         finally:
             self.k._handle = None
 
+    def test_tune_passes_its_budget_and_forgets_the_bindings(self):
+        seen = []
+
+        def fake_tune(handle, candidates, budget_s, iters, us, progress, plen, err, elen):
+            seen.append((candidates, budget_s, iters))
+            ctypes.cast(us, ctypes.POINTER(ctypes.c_double))[0] = 12.5 if candidates > 1 else 0
+            if candidates == 3:
+                ctypes.memmove(err, b"no GPU here\0", 12)
+                return 2
+            ctypes.memmove(progress, b"mm tile(64, 64, 64) [1/2]: 12.50 us\n\0", 37)
+            return 0
+
+        fake_lib = types.SimpleNamespace(mkc_tune=fake_tune)
+        self.k._handle = ctypes.c_void_p(1)
+        self.k._bound[("X", 0)] = object()
+        self.k._bound_ptrs[("X", 0)] = 0x7f0000000000
+        try:
+            with mock.patch.object(mkc._lib, "lib", lambda: fake_lib), \
+                    mock.patch.dict(sys.modules, {"torch": fake_torch(capturing=False)}):
+                self.assertEqual(mkc.tune(self.k, candidates=2, budget_s=30, iters=5), self.k)
+                self.assertEqual(seen, [(2, 30.0, 5)])
+                self.assertIn("12.50 us", self.k.tune_log)
+                self.assertEqual(self.k._bound_ptrs, {})  # the rebuilt kernel: bind again
+                with self.assertRaises(mkc.MkcError) as cm:
+                    self.k.tune(candidates=3)
+                self.assertIn("mkc tune: no GPU here", str(cm.exception))
+            with mock.patch.dict(sys.modules, {"torch": fake_torch(capturing=True)}):
+                with self.assertRaises(mkc.MkcError):
+                    self.k.tune()  # not under a capture
+        finally:
+            self.k._handle = None
+
     @unittest.skipIf(os.path.exists("/dev/nvidia0"), "a GPU is present")
     def test_no_capture_no_refusal(self):
         with mock.patch.dict(sys.modules, {"torch": fake_torch(capturing=False)}):

@@ -58,7 +58,26 @@ TEST_CASE("capi: a process group's compile refuses a place that is not in the jo
   CHECK(std::string(err).find("null argument") != std::string::npos);
   CHECK(k == nullptr);
   CHECK(mkc_abi_version() == MKC_ABI_VERSION);
-  CHECK(MKC_ABI_VERSION == 3);
+  CHECK(MKC_ABI_VERSION == 4);
+}
+
+TEST_CASE("capi: mkc_tune refuses null and out-of-range arguments with the message") {
+  char err[256];
+  char progress[64] = "untouched";
+  double us = -1;
+  CHECK(mkc_tune(nullptr, 6, 600, 20, &us, progress, sizeof progress, err, sizeof err) ==
+        mkc::kExitUserError);
+  CHECK(std::string(err).find("mkc_tune: null argument") != std::string::npos);
+  CHECK(std::string(progress).empty());  // no measurement, no line
+  CHECK(us == -1);
+  // The ranges are checked before the kernel is looked at.
+  mkc_kernel* fake = reinterpret_cast<mkc_kernel*>(&us);
+  CHECK(mkc_tune(fake, 0, 600, 20, &us, nullptr, 0, err, sizeof err) == mkc::kExitUserError);
+  CHECK(std::string(err).find("candidates 0") != std::string::npos);
+  CHECK(mkc_tune(fake, 6, 0, 20, &us, nullptr, 0, err, sizeof err) == mkc::kExitUserError);
+  CHECK(std::string(err).find("budget_s 0") != std::string::npos);
+  CHECK(mkc_tune(fake, 6, 600, 0, &us, nullptr, 0, err, sizeof err) == mkc::kExitUserError);
+  CHECK(std::string(err).find("iters 0") != std::string::npos);
 }
 
 TEST_CASE("capi: a short error buffer gets a terminated prefix") {
