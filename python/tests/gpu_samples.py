@@ -5,8 +5,8 @@ processes sharing the GPUs there are:
 
     torchrun --nproc_per_node 3 python/tests/gpu_samples.py [--launches 2] [--only allgather,...]
 
-For each of allgather, allreduce, reducescatter, gemm_allreduce, allgather_gemm and
-gemm_reducescatter (samples/*.mks at small shapes whose rows divide by 2 and 3 ranks): compile
+For each of allgather, allreduce, reducescatter, gemm_allreduce, allgather_gemm,
+gemm_reducescatter and alltoall (samples/*.mks at small shapes whose rows divide by 2 and 3 ranks): compile
 with group=, then for each launch draw fresh random inputs, put them where the kernel reads them
 (bound PyTorch tensors; symmetric ones filled in place through Kernel.symmetric), poison the
 outputs, launch on the current stream, and compare with PyTorch's result in fp32 from every
@@ -35,6 +35,7 @@ SHAPES = {
     "gemm_allreduce": {"M": 256, "N": 256, "K": 64},
     "allgather_gemm": {"M": M, "N": 256, "K": 128},
     "gemm_reducescatter": {"M": M, "N": 256, "K": 64},
+    "alltoall": {"T": 37, "H": 64, "K": 2},
 }
 
 
@@ -115,6 +116,29 @@ def one_launch(name, k, d, rank, R, gen):
         rows = d["M"] // R
         full = sum(x @ w for x, w in zip(gathered(a), gathered(b)))
         return rel_err(y, full[rank * rows:(rank + 1) * rows])
+    if name == "alltoall":
+        # Each row goes to the K ranks its row of `dest` names; rows arrive by source rank, then
+        # in the source's (row, k) order (compiler/oracle/reference.cc), counts[s] from each.
+        T, H, K = d["T"], d["H"], d["K"]
+        x = randn(T, H)
+        dest = torch.randint(0, R, (T, K), device="cuda", dtype=torch.int32, generator=gen)
+        poison(k.symmetric("Y"))
+        k.symmetric("counts").fill_(-1)
+        dist.barrier()
+        k(X=x, dest=dest)
+        k.synchronize()
+        rows, counts = [], []
+        for xs, ds in zip(gathered(x), gathered(dest)):
+            mine = [xs[t] for t in range(T) for j in range(K) if int(ds[t, j]) == rank]
+            rows += mine
+            counts.append(len(mine))
+        got_counts = k.symmetric("counts").cpu().flatten().tolist()
+        if got_counts != counts:
+            print(f"gpu_samples[{rank}]: alltoall counts {got_counts}, expected {counts}")
+            return float("inf")
+        if not rows:
+            return 0.0  # nothing came here; the counts said so
+        return rel_err(k.symmetric("Y")[:len(rows)], torch.stack(rows))
     raise KeyError(name)
 
 
