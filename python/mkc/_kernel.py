@@ -264,14 +264,14 @@ class Kernel:
         lib = _lib.lib()
         us = ctypes.c_double(0.0)
         progress = ctypes.create_string_buffer(65536)
-        handle = self._gpu()
-        self._bound.clear()  # the rebuilt kernel starts on its own heap
-        self._bound_ptrs.clear()
-        rc = lib.mkc_tune(handle, int(candidates), float(budget_s), int(iters), ctypes.byref(us),
-                          progress, len(progress), self._err, len(self._err))
+        rc = lib.mkc_tune(self._gpu(), int(candidates), float(budget_s), int(iters),
+                          ctypes.byref(us), progress, len(progress), self._err, len(self._err))
         self.tune_log = progress.value.decode(errors="replace")
         if rc != 0:
+            # The bound tensors stay held: the kernel may still point at them.
             raise MkcError(f"mkc tune: {self._err.value.decode(errors='replace')}")
+        self._bound.clear()  # the rebuilt kernel starts on its own heap
+        self._bound_ptrs.clear()
         return us.value
 
     def data_ptr(self, name, rank=None):
