@@ -6,7 +6,7 @@ processes sharing the GPUs there are:
     torchrun --nproc_per_node 3 python/tests/gpu_samples.py [--launches 2] [--only allgather,...]
 
 For each of allgather, allreduce, reducescatter, gemm_allreduce, allgather_gemm,
-gemm_reducescatter and alltoall (samples/*.mks at small shapes whose rows divide by 2 and 3 ranks): compile
+gemm_reducescatter, alltoall, moe_dispatch_gemm and ring_attention (samples/*.mks at small shapes whose rows divide by 2 and 3 ranks): compile
 with group=, then for each launch draw fresh random inputs, put them where the kernel reads them
 (bound PyTorch tensors; symmetric ones filled in place through Kernel.symmetric), poison the
 outputs, launch on the current stream, and compare with PyTorch's result in fp32 from every
@@ -36,6 +36,8 @@ SHAPES = {
     "allgather_gemm": {"M": M, "N": 256, "K": 128},
     "gemm_reducescatter": {"M": M, "N": 256, "K": 64},
     "alltoall": {"T": 37, "H": 64, "K": 2},
+    "moe_dispatch_gemm": {"T": 16, "H": 64, "F": 32, "E": 12, "TOPK": 2},
+    "ring_attention": {"B": 1, "H": 2, "S": 1536, "D": 64},
 }
 
 
@@ -139,6 +141,43 @@ def one_launch(name, k, d, rank, R, gen):
         if not rows:
             return 0.0  # nothing came here; the counts said so
         return rel_err(k.symmetric("Y")[:len(rows)], torch.stack(rows))
+    if name == "moe_dispatch_gemm":
+        # Rows arrive expert-major (this rank's experts), then by source rank, then in the
+        # source's (row, k) order; Y = each row times its expert's W1.
+        T, H, F, E, TOPK = d["T"], d["H"], d["F"], d["E"], d["TOPK"]
+        per = E // R
+        x = randn(T, H)
+        route = torch.randint(0, E, (T, TOPK), device="cuda", dtype=torch.int32, generator=gen)
+        w1 = randn(per, H, F, scale=H ** -0.5)
+        y = poison(torch.empty(T * TOPK * R, F, device="cuda", dtype=torch.bfloat16))
+        dist.barrier()
+        k(X=x, route=route, W1=w1, Y=y)
+        k.synchronize()
+        xs, routes, w = gathered(x), gathered(route), w1.float().cpu()
+        rows = []
+        for le in range(per):
+            for src in range(R):
+                for t in range(T):
+                    for j in range(TOPK):
+                        if int(routes[src][t, j]) == rank * per + le:
+                            rows.append(xs[src][t] @ w[le])
+        if not rows:
+            return 0.0
+        return rel_err(y[:len(rows)], torch.stack(rows))
+    if name == "ring_attention":
+        # Not causal: this rank's queries against every rank's keys and values, scale 1/sqrt(D).
+        B, Hh, S, D = d["B"], d["H"], d["S"], d["D"]
+        q = randn(B, Hh, S // R, D)
+        kv = randn(2, B, Hh, S // R, D)
+        o = poison(torch.empty(B, Hh, S // R, D, device="cuda", dtype=torch.bfloat16))
+        dist.barrier()
+        k(Q=q, KV=kv, O=o)
+        k.synchronize()
+        kvs = gathered(kv)
+        keys = torch.cat([p[0] for p in kvs], dim=2)
+        values = torch.cat([p[1] for p in kvs], dim=2)
+        scores = (q.float().cpu() @ keys.transpose(-1, -2)) * D ** -0.5
+        return rel_err(o, torch.softmax(scores, dim=-1) @ values)
     raise KeyError(name)
 
 
