@@ -85,6 +85,55 @@ TEST_CASE("every sample compiles to an sm_90a cubin without spills") {
   CHECK(samples >= 10);
 }
 
+// GEMMs of few rows take the swapped tile (templates/mkc/gemm_sm90.cuh, SwapShape): the tile's
+// rows rounded up to 8, 16 or 32 are A's TMA box and the class's rows, 64-column tiles run on one
+// consumer warpgroup, and every variant compiles for sm_90a without a spill or a serialised
+// wgmma (bf16 and f16, f32 and 16-bit C, bias and an epilogue function).
+TEST_CASE("GEMM: tiles of at most 32 rows are swapped, and compile without spills") {
+  struct Case {
+    const char *ab, *c;
+    int64_t m, n;
+    const char* tile;
+    const char* epilogue;
+    const char* path;  // the class's tile in its device path
+    int box_rows;
+  };
+  const Case cases[] = {
+      {"bf16", "bf16", 1, 520, " tile(64, 128, 64)", "", "8x128", 8},
+      {"f16", "f32", 13, 296, " tile(64, 256, 64)", ", epilogue = softplus, bias = bias", "16x256",
+       16},
+      {"bf16", "bf16", 20, 1024, " tile(64, 128, 64)", ", epilogue = softplus", "32x128", 32},
+      {"bf16", "bf16", 5, 200, " tile(64, 64, 64)", ", bias = bias", "8x64", 8},
+  };
+  jit::JitOptions jo;
+  jo.cache_dir = temp_dir("cache_swap");
+  for (const Case& k : cases) {
+    const auto file = std::make_shared<dsl::SourceFile>(
+        "s.mks",
+        fmt::format("schedule s {{\n  param M = {}, N = {}, K = 136\n  input A : {}[M, K]\n"
+                    "  input B : {}[K, N]\n  input bias : f32[N]\n  output C : {}[M, N]\n"
+                    "  device softplus(x: f32) -> f32 {{ return log1pf(expf(x)); }}\n"
+                    "  compute mm = gemm(A, B -> C{}){}\n}}\n",
+                    k.m, k.n, k.ab, k.ab, k.c, k.epilogue, k.tile));
+    auto c = build(file, 1);
+    const codegen::Generated& g = c->kernels[0];
+    INFO(fmt::format("{} x {}{}{}", k.m, k.n, k.tile, k.epilogue));
+    // A last column block of at most 64 columns is a 64-column swapped tile of its own class.
+    REQUIRE(!g.paths.empty());
+    CHECK(g.paths[0].find(std::string("wgmma + TMA ") + k.path) != std::string::npos);
+    for (const std::string& p : g.paths)
+      CHECK(p.find("wgmma + TMA " + std::to_string(k.box_rows) + "x") != std::string::npos);
+    REQUIRE(g.tensor_maps.size() == 2u);
+    CHECK(g.tensor_maps[0].box_rows == k.box_rows);
+    CHECK(g.tensor_maps[1].box_rows == 64);
+    const jit::JitOutput out = jit::jit_compile(g.source, "s.cu", g.kernel_name, jo);
+    MESSAGE(fmt::format("{}x{}{}: {} registers, {} B spills", k.m, k.n, k.tile, out.registers,
+                        out.spill_bytes));
+    CHECK(out.spill_bytes == 0);
+    CHECK_MESSAGE(out.log.find("are serialized") == std::string::npos, out.log);
+  }
+}
+
 // Which GEMM tile the generator picks, and what it asks the runtime for: the wgmma tile (three
 // warpgroups, a ring of dynamic shared memory, a TMA descriptor per operand view with the tile's
 // boxes) where the rows are 16-byte aligned bf16/f16, the portable tile otherwise; the default
