@@ -33,23 +33,29 @@ namespace sm90 {
 constexpr int kBK = 64;        // K step: 64 bf16 = one 128-byte swizzle row
 constexpr int kThreads = 384;  // producer + two consumers
 
-// A BM x BN tile (BM = 128: each consumer warpgroup takes 64 rows and all BN columns; BM = 64:
-// each takes all 64 rows and BN / 2 columns, for shapes with few rows).
-template <int BM, int BN>
-struct Shape {
-  static constexpr int kABytes = BM * kBK * 2;
+// The ring of a tile whose A box has ARows rows and whose B is BN columns: a stage holds A (ARows
+// x 64 of K) and B (64 x BN in 64-column boxes).
+template <int ARows, int BN>
+struct Ring {
+  static constexpr int kABytes = ARows * kBK * 2;
   static constexpr int kBBytes = kBK * BN * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   // As deep as 192 KB allows (4 x 48 KB, 6 x 32 KB, 8 x 24 KB), at most 8 (the header's room).
   static constexpr int kStages = 196608 / kStageBytes < 8 ? 196608 / kStageBytes : 8;
+  static constexpr int kBN = BN;
+  // Header (pipeline state, mbarriers) + slack to align the ring to 1024 bytes + the ring.
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2048;
+};
+
+// A BM x BN tile (BM = 128: each consumer warpgroup takes 64 rows and all BN columns; BM = 64:
+// each takes all 64 rows and BN / 2 columns, for shapes with few rows).
+template <int BM, int BN>
+struct Shape : Ring<BM, BN> {
   static constexpr int kWarpgroupN = BM == 128 ? BN : BN / 2;  // columns per consumer
   static constexpr int kAcc = kWarpgroupN / 2;                 // f32 accumulators per thread
   static constexpr int kConsumers = 2;                         // consumer warpgroups at work
   static constexpr int kKey = BM * 1000 + BN;                  // the ring's geometry
-  static constexpr int kBN = BN;
   static constexpr bool kSwap = false;
-  // Header (pipeline state, mbarriers) + slack to align the ring to 1024 bytes + the ring.
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2048;
 };
 
 // The swapped tile for few rows (MP = 8, 16 or 32, the tile's rows rounded up): Cᵀ = Bᵀ Aᵀ, so
@@ -62,22 +68,17 @@ struct Shape {
 // with), one m64nMPk16 wgmma per 64-column box with the B box as the MN-major A operand and the
 // A box as the K-major B operand, and stores its accumulators transposed (store_tile_swap).
 template <int MP, int BN>
-struct SwapShape {
-  static constexpr int kABytes = MP * kBK * 2;
-  static constexpr int kBBytes = kBK * BN * 2;
-  static constexpr int kStageBytes = kABytes + kBBytes;
-  static constexpr int kStages = 196608 / kStageBytes < 8 ? 196608 / kStageBytes : 8;
+struct SwapShape : Ring<MP, BN> {
   static constexpr int kConsumers = BN == 64 ? 1 : 2;
   static constexpr int kWarpgroupN = BN / kConsumers;
   static constexpr int kAcc = kWarpgroupN / 64 * (MP / 2);
   static constexpr int kKey = 900000 + MP * 1000 + BN;
-  static constexpr int kBN = BN;
   static constexpr int kMP = MP;
   static constexpr bool kSwap = true;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2048;
   static_assert(MP == 8 || MP == 16 || MP == 32, "swapped tiles of 8, 16 or 32 rows");
   static_assert(BN == 64 || BN == 128 || BN == 256, "swapped tiles of 64, 128 or 256 columns");
-  static_assert(kStageBytes % 1024 == 0, "stages stay aligned for the 128-byte swizzle");
+  static_assert(Ring<MP, BN>::kStageBytes % 1024 == 0,
+                "stages stay aligned for the 128-byte swizzle");
 };
 
 // The tile's shape: swapped for at most 32 rows, else the BM x BN one.
