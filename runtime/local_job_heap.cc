@@ -50,6 +50,13 @@ void LocalJob::allocate_heap(Rank& rk) {
   const Driver& d = Driver::get();
   MKC_CU(d, cuMemAlloc, &rk.heap, heap_bytes_);
   MKC_CU(d, cuMemsetD8, rk.heap + events_offset_, 0, heap_bytes_ - events_offset_);
+  // Buffers of counters that only grow (split-K's tickets) start at zero like the events.
+  for (size_t b = 0; b < plan_.buffers.size(); ++b) {
+    const plan::Buffer& buf = plan_.buffers[b];
+    if (buf.zeroed)
+      MKC_CU(d, cuMemsetD8, rk.heap + offsets_[b], 0,
+             static_cast<size_t>(buf.elements()) * compiler::dtype_bytes(buf.dtype));
+  }
   void* host = nullptr;
   MKC_CU(d, cuMemHostAlloc, &host, sizeof(abi::ErrorRecord),
          CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);

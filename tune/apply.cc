@@ -92,8 +92,7 @@ std::vector<TunableGemm> tunable_gemms(const compiler::CheckedSchedule& s, int64
     g.problem.K = op.inputs[0].shape[1];
     g.problem.ctas = compute_ctas;
     // As the lowering decides (compiler/passes/lower_compute.cc, lower_gemm).
-    g.problem.splittable = op.device_fn < 0 && op.tensor_args.count("bias") == 0 &&
-                           !op.has_rows_from && g.problem.K >= 2048;
+    g.problem.splittable = tune::split_allowed(g.problem.K, op.has_rows_from);
     out.push_back(g);
   }
   return out;

@@ -31,9 +31,14 @@ constexpr double kHbmBytesPerUs = 3.0e6;
 // epilogue, the task's bookkeeping).
 constexpr double kLaunchUs = 3.5;
 constexpr double kTileFixedUs = 1.0;
-// The split's reduction: a phase of its own (its tasks wait for every part) plus its bytes.
-constexpr double kReduceFixedUs = 6.0;
-constexpr double kReduceBytesPerUs = 1.5e6;
+// The split's fused reduction (templates/mkc/split_k.cuh): in every wave, the tiles' last parts
+// read all the parts' f32 sums back (parts x rows x BN x 4 bytes a tile) at one CTA's rate, on
+// the wave's critical path. Fitted to the first fused split on an H100 (2026-12-06, docs/
+// RESULTS.md): 4096 x 3584 x 8192 split 2, 4 and 8 took 700, 1,523 and 4,066 us against 343
+// unsplit; 512 x 1280 x 8192 at 128 x 128 split 2 took 56 us. Pessimistic once the sum's loads
+// were batched (measured after this fit, where measured: the log says).
+constexpr double kSplitFixedUs = 1.0;
+constexpr double kSumBytesPerUs = 7e3;
 // Row blocks the lowering groups for L2 reuse (lower_compute.cc, lower_gemm).
 constexpr int64_t kGroupRows = 8;
 
@@ -83,13 +88,16 @@ double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t spl
   const double mma_us = 2.0 * static_cast<double>(mma_rows(p.M, bm) * bn) *
                         static_cast<double>(part_k) / (kSmFlopsPerUs * efficiency(bm, bn));
   const double compute_us = static_cast<double>(waves) * (std::max(mma_us, load_us) + kTileFixedUs);
-  // Every operand once from HBM, partial sums written in f32 when split.
-  const double out_bytes = static_cast<double>(p.M * p.N) * (parts > 1 ? 4.0 * parts : 2.0);
+  // Every operand once from HBM; when split, the parts' f32 sums written and all but one read.
+  const double out_bytes =
+      static_cast<double>(p.M * p.N) * (parts > 1 ? 8.0 * static_cast<double>(parts) - 2.0 : 2.0);
   const double memory_us =
       (2.0 * static_cast<double>(p.M * p.K + p.K * p.N) + out_bytes) / kHbmBytesPerUs;
   double us = kLaunchUs + std::max(compute_us, memory_us);
   if (parts > 1)
-    us += kReduceFixedUs + static_cast<double>(p.M * p.N) * (4.0 * parts + 2.0) / kReduceBytesPerUs;
+    us += kSplitFixedUs + static_cast<double>(waves) *
+                              static_cast<double>(parts * std::min(p.M, bm) * bn) * 4.0 /
+                              kSumBytesPerUs;
   return us;
 }
 

@@ -2,7 +2,7 @@
 // (tile, split-K) the template can run, from tiles per wave and the last wave's fill, a tile's
 // arithmetic at its shape's tensor-core efficiency or its operand loads (the bytes no other CTA
 // of the wave reads stream from HBM at a CTA's rate, shared ones come from L2), the whole GPU's
-// HBM, the launch, the split's reduction phase and a fixed cost per tile. Deterministic and
+// HBM, the launch, the split's fused reduction and a fixed cost per tile. Deterministic and
 // machine-free: it is the compiler's own pick for a GEMM without tile(...) (or with tile(auto)),
 // it ranks the candidates `mkc tune` measures, and the compile's decision record says what it
 // predicts for the pick and the runner-up. Its constants were fitted to issue 36's sweep on an
@@ -18,7 +18,7 @@ namespace mkc::tune {
 struct GemmProblem {
   int64_t M = 0, N = 0, K = 0;
   int64_t ctas = 132;       // compute CTAs of the kernel
-  bool splittable = false;  // split-K allowed (no epilogue function or bias, plain row order)
+  bool splittable = false;  // split-K allowed (K >= 2048, plain row order)
 };
 
 struct GemmCandidate {
@@ -27,6 +27,13 @@ struct GemmCandidate {
   double predicted_us = 0;
   std::string text() const;  // "tile(128, 256, 64)" or "tile(128, 256, 64) split-K 4"
 };
+
+// Whether a GEMM may be split over K (the lowering and `mkc tune` ask the same): each part keeps
+// a pipeline's worth of 64-wide steps, and a rows_from GEMM's tiles keep their arrival order.
+// Bias and epilogue functions split too (the last part applies them to the sum).
+inline bool split_allowed(int64_t K, bool rows_from) {
+  return K >= 2048 && !rows_from;
+}
 
 // The split-K parts a requested split gives: K in whole 64-wide steps per part (as the lowering
 // cuts it), so 3 parts of K 4096 are 3 and 7 parts of K 256 are 4.

@@ -1,7 +1,10 @@
 // gemm_tile: C[m0:m1, n0:n1] = A[m0:m1, k0:k1] B[k0:k1, n0:n1] (+ bias[n0:n1]), then the
-// epilogue function. Views {A, B, C[, bias]} (abi.h, GemmTileArgs). Device code: the TMA + wgmma
-// tile (templates/mkc/gemm_sm90.cuh; swapped, Cᵀ = Bᵀ Aᵀ, for tiles of at most 32 rows) for 16-bit,
-// 16-byte aligned operands, else the portable one (templates/mkc/gemm.cuh).
+// epilogue function. Views {A, B, C[, bias]} (abi.h, GemmTileArgs); a split-K part also has
+// {partials, tickets}: it stores its sums in its slice of the partials, and the part that takes
+// the tile's last ticket of the launch writes C from every part's sums (templates/mkc/split_k.cuh).
+// Device code: the TMA + wgmma tile (templates/mkc/gemm_sm90.cuh; swapped, Cᵀ = Bᵀ Aᵀ, for tiles of
+// at most 32 rows) for 16-bit, 16-byte aligned operands, else the portable one
+// (templates/mkc/gemm.cuh).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,6 +29,15 @@ class GemmTile final : public Kind {
     out.push_back(Touch{1, {g.k0, g.n0}, {g.k1, g.n1}, false});
     out.push_back(Touch{2, {g.m0, g.n0}, {g.m1, g.n1}, true});
     if (g.has_bias) out.push_back(Touch{3, {g.n0}, {g.n1}, false});
+    // A split part writes its slice of the partials. What the last part reads of the others'
+    // slices and the tickets it counts on are ordered by the tickets themselves, not by events,
+    // so they are not boxes of the plan: every part of the tile writes C as one operation's
+    // scatter box (one of them does, at run time), and the partials and tickets are the
+    // operation's own buffers, which no other task touches.
+    if (g.parts > 1) {
+      const int pv = 3 + static_cast<int>(g.has_bias);
+      out.push_back(Touch{pv, {g.part, g.m0, g.n0}, {g.part + 1, g.m1, g.n1}, true});
+    }
     return out;
   }
 
@@ -35,14 +47,42 @@ class GemmTile final : public Kind {
     const std::vector<double>& av = mem.of(a);
     const std::vector<double>& bv = mem.of(b);
     std::vector<double>& cv = mem.of(c);
+    const auto epilogue = [&](int64_t m, int64_t n, double acc) {
+      if (g.has_bias) acc += mem.of(t.views[3])[flat(t.views[3], n)];
+      if (g.fn >= 0) acc = mem.call(g.fn, {acc});
+      cv[flat(c, m, n)] = acc;
+    };
+    const auto sum = [&](int64_t m, int64_t n) {
+      double acc = 0;
+      const int64_t arow = flat(a, m, 0), bcol = flat(b, 0, n), N = b.shape[1];
+      for (int64_t k = g.k0; k < g.k1; ++k) acc += av[arow + k] * bv[bcol + k * N];
+      return acc;
+    };
+    if (g.parts <= 1) {
+      for (int64_t m = g.m0; m < g.m1; ++m)
+        for (int64_t n = g.n0; n < g.n1; ++n) epilogue(m, n, sum(m, n));
+      return;
+    }
+    // A split part (templates/mkc/split_k.cuh): its sums into its slice, a ticket on each half's
+    // counter, and the part that completes the launch's count writes C from every part's sums.
+    const View &pv = t.views[3 + g.has_bias], &tk = t.views[4 + g.has_bias];
+    std::vector<double>& part = mem.of(pv);
+    std::vector<double>& tickets = mem.of(tk);
+    const int64_t M = c.shape[0], N = c.shape[1];
+    const auto at = [&](int64_t q, int64_t m, int64_t n) {
+      return pv.offset + (q * M + m) * N + n;
+    };
+    for (int64_t m = g.m0; m < g.m1; ++m)
+      for (int64_t n = g.n0; n < g.n1; ++n) part[at(g.part, m, n)] = sum(m, n);
+    const int64_t ticket = tk.offset + 2 * g.tile;
+    tickets[ticket] += 1;
+    tickets[ticket + 1] += 1;
+    if (static_cast<int64_t>(tickets[ticket]) % g.parts != 0) return;
     for (int64_t m = g.m0; m < g.m1; ++m) {
       for (int64_t n = g.n0; n < g.n1; ++n) {
         double acc = 0;
-        const int64_t arow = flat(a, m, 0), bcol = flat(b, 0, n), N = b.shape[1];
-        for (int64_t k = g.k0; k < g.k1; ++k) acc += av[arow + k] * bv[bcol + k * N];
-        if (g.has_bias) acc += mem.of(t.views[3])[flat(t.views[3], n)];
-        if (g.fn >= 0) acc = mem.call(g.fn, {acc});
-        cv[flat(c, m, n)] = acc;
+        for (int64_t q = 0; q < g.parts; ++q) acc += part[at(q, m, n)];
+        epilogue(m, n, acc);
       }
     }
   }
@@ -55,7 +95,7 @@ class GemmTile final : public Kind {
 
   std::string key_variant(const Source& s, const Task& t) const override {
     const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
-    std::string key = fmt::format(":fn{}:bias{}", g.fn, g.has_bias);
+    std::string key = fmt::format(":fn{}:bias{}{}", g.fn, g.has_bias, g.parts > 1 ? ":split" : "");
     if (const int bn = tma_n(s, t)) key += fmt::format(":tma{}x{}", tma_m(t), bn);
     return key;
   }
@@ -83,13 +123,14 @@ class GemmTile final : public Kind {
     if (const int bn = tma_n(s, t)) {
       s.line("  extern __shared__ unsigned char mkc_smem[];");
       s.line(fmt::format(
-          "  mkc::sm90::gemm_tile_tma<{}, {}, {}, {}, {}>(a, v, args, kBuffers, mkc_smem, "
+          "  mkc::sm90::gemm_tile_tma<{}, {}, {}, {}, {}{}>(a, v, args, kBuffers, mkc_smem, "
           "next_args, next_v, {}{{}});",
           s.type_of(t, 0), s.type_of(t, 2), g.has_bias ? s.type_of(t, 3) : s.type_of(t, 2),
-          tma_m(t), bn, s.fn_type(g.fn)));
+          tma_m(t), bn, g.parts > 1 ? ", true" : "", s.fn_type(g.fn)));
     } else {
-      s.line(fmt::format("  mkc::gemm_tile<{}, {}, {}, {}>(a, v, args, kBuffers, {}{{}});",
-                         s.type_of(t, 0), s.type_of(t, 1), s.type_of(t, 2),
+      s.line(fmt::format("  mkc::{}<{}, {}, {}, {}>(a, v, args, kBuffers, {}{{}});",
+                         g.parts > 1 ? "gemm_tile_split" : "gemm_tile", s.type_of(t, 0),
+                         s.type_of(t, 1), s.type_of(t, 2),
                          g.has_bias ? s.type_of(t, 3) : s.type_of(t, 2), s.fn_type(g.fn)));
     }
   }

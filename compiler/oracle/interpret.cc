@@ -27,7 +27,8 @@ class Machine {
   Machine(const Plan& p, const InterpretOptions& o) : p_(p), o_(o), rng_(o.seed) {
     data_.assign(p.ranks, RankData(p.buffers.size()));
     for (auto& rank : data_) {
-      for (size_t b = 0; b < p.buffers.size(); ++b) rank[b].assign(p.buffers[b].elements(), kNaN);
+      for (size_t b = 0; b < p.buffers.size(); ++b)
+        rank[b].assign(p.buffers[b].elements(), p.buffers[b].zeroed ? 0.0 : kNaN);
     }
     counters_.assign(p.events.size(), 0);
     steps_.assign(p.ranks, 0);

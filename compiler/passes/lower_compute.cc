@@ -30,19 +30,21 @@ static int64_t kernel_compute_ctas(const compiler::CheckedSchedule& s, int64_t s
 //
 // Split-K: where the model (or the database) picks it, or, with tile(...), where the tiles would
 // keep at most half the compute CTAs busy (skinny GEMMs: decode, small batches: most SMs would
-// sit idle while a few stream the whole of B). K is then cut into S parts of whole 64-wide steps:
-// gemm_tile tasks write f32 partial sums into the compiler's buffer `<op>.partials` [S, M, N], and
-// reduce_tile tasks (a sum over its first axis, a few rows of C each) write C. Only without an
-// epilogue function or bias (they apply to the sum), with K >= 2048 (each part keeps a pipeline's
-// worth of steps) and plain row order (rows_from orders tiles by arriving chunks).
+// sit idle while a few stream the whole of B). K is then cut into S parts of whole 64-wide steps,
+// each a gemm_tile task of its own: it stores its f32 sums in its slice of the compiler's buffer
+// `<op>.partials` [S, M, N] and takes a ticket from `<op>.tickets` (two counters per tile, zero
+// at load); the part that completes the tile's count adds the other parts' sums and writes C with
+// the bias and epilogue function (templates/mkc/split_k.cuh). No task waits for another part:
+// every part declares C's tile as a scatter write (one of them writes it), so C's consumers wait
+// for all of them. Only with K >= 2048 (each part keeps a pipeline's worth of steps) and plain
+// row order (rows_from orders tiles by arriving chunks).
 void Lowerer::lower_gemm(int i) {
   const OpInstance& op = s_.ops[i];
   const int64_t M = op.outputs[0].shape[0], N = op.outputs[0].shape[1];
   const int64_t K = op.inputs[0].shape[1];
   const auto bias = op.tensor_args.find("bias");
   const int64_t ctas = kernel_compute_ctas(s_, opts_.sms);
-  const bool splittable = op.device_fn == abi::kNoFn && bias == op.tensor_args.end() &&
-                          !op.has_rows_from && K >= 2048 && opts_.split_k;
+  const bool splittable = tune::split_allowed(K, op.has_rows_from) && opts_.split_k;
   int64_t bm = 128, bn = 128, bk = 64;
   std::string why;
   const LowerOptions::Tuned* tuned = nullptr;
@@ -109,6 +111,10 @@ void Lowerer::lower_gemm(int i) {
   const int partials =
       parts > 1 ? add_buffer(name_of(op) + ".partials", compiler::DType::kF32, {parts, M, N}, false)
                 : -1;
+  const int tickets =
+      parts > 1 ? add_buffer(name_of(op) + ".tickets", compiler::DType::kI64, {mb * nb * 2}, false)
+                : -1;
+  if (tickets >= 0) plan_.buffers[tickets].zeroed = true;
   for (int64_t r = 0; r < R(); ++r) {
     if (!lowered(r)) continue;
     const int64_t start =
@@ -126,8 +132,6 @@ void Lowerer::lower_gemm(int i) {
         Task t = task(i, r, TaskKind::kGemmTile,
                       parts > 1 ? fmt::format("{}.tile({}, {}, k{})", name_of(op), b, bj, part)
                                 : fmt::format("{}.tile({}, {})", name_of(op), b, bj));
-        // A part's output: its [M, N] slice of the partials.
-        const View out = parts > 1 ? View{static_cast<int>(r), partials, part * M * N, {M, N}} : c;
         abi::GemmTileArgs g{};
         g.m0 = b * bm;
         g.m1 = std::min<int64_t>(M, g.m0 + bm);
@@ -139,35 +143,27 @@ void Lowerer::lower_gemm(int i) {
         g.map_a = g.map_b = abi::kNoMap;  // code generation assigns TMA descriptors
         g.k0 = part * part_k;
         g.k1 = std::min<int64_t>(K, g.k0 + part_k);
-        t.views = {a, bv, out};
-        set_args(t, g);
+        g.parts = parts;
+        g.part = part;
+        g.tile = b * nb + bj;
+        t.views = {a, bv, c};
         t.reads = {box(a, {g.m0, g.k0}, {g.m1, g.k1}), box(bv, {g.k0, g.n0}, {g.k1, g.n1})};
         if (g.has_bias) {
           const View bb = whole(bias->second, r);
           t.views.push_back(bb);
           t.reads.push_back(box(bb, {g.n0}, {g.n1}));
         }
-        t.writes = {box(out, {g.m0, g.n0}, {g.m1, g.n1})};
-        emit(std::move(t));
-      }
-    }
-    if (parts == 1) continue;
-    // The sum of the parts, spread over every compute CTA: pieces of about M * N / CTAs
-    // elements (at least 1024), each a run of one row or whole rows of C.
-    const View pv{static_cast<int>(r), partials, 0, {parts, M, N}};
-    const int64_t per = std::max<int64_t>(1024, cdiv(M * N, ctas));
-    const int64_t pieces = N >= per ? cdiv(N, per) : 1;                  // per row
-    const int64_t cols = pieces > 1 ? cdiv(cdiv(N, pieces), 8) * 8 : N;  // per piece
-    const int64_t rows_per = pieces > 1 ? 1 : std::clamp<int64_t>(per / N, 1, M);
-    for (int64_t r0 = 0, n = 0; r0 < M; r0 += rows_per) {
-      const int64_t r1 = std::min(M, r0 + rows_per);
-      for (int64_t c0 = 0; c0 < N; c0 += cols, ++n) {
-        const int64_t c1 = std::min(N, c0 + cols);
-        Task t = task(i, r, TaskKind::kReduceTile, fmt::format("{}.sum({})", name_of(op), n));
-        t.views = {pv, c};
-        set_args(t, abi::ReduceTileArgs{r0 * N + c0, (r1 - 1) * N + c1, 0, abi::kSum});
-        t.reads = {box(pv, {0, r0, c0}, {parts, r1, c1})};
-        t.writes = {box(c, {r0, c0}, {r1, c1})};
+        t.writes = {box(c, {g.m0, g.n0}, {g.m1, g.n1})};
+        if (parts > 1) {
+          // Whichever part ends last writes C's tile (scatter: the parts do not order among
+          // themselves); each writes its own slice of the partials.
+          t.writes.back().scatter = true;
+          const View pv{static_cast<int>(r), partials, 0, {parts, M, N}};
+          t.views.push_back(pv);
+          t.views.push_back(View{static_cast<int>(r), tickets, 0, {mb * nb * 2}});
+          t.writes.push_back(box(pv, {part, g.m0, g.n0}, {part + 1, g.m1, g.n1}));
+        }
+        set_args(t, g);
         emit(std::move(t));
       }
     }

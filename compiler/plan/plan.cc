@@ -93,11 +93,13 @@ json head_json(const Plan& plan) {
             {"summary", summary(plan)}};
   j["buffers"] = json::array();
   for (const Buffer& b : plan.buffers) {
-    j["buffers"].push_back({{"name", b.name},
-                            {"dtype", compiler::dtype_name(b.dtype)},
-                            {"shape", b.shape},
-                            {"symmetric", b.symmetric},
-                            {"origin", b.origin}});
+    json jb = {{"name", b.name},
+               {"dtype", compiler::dtype_name(b.dtype)},
+               {"shape", b.shape},
+               {"symmetric", b.symmetric},
+               {"origin", b.origin}};
+    if (b.zeroed) jb["zeroed"] = true;
+    j["buffers"].push_back(std::move(jb));
   }
   j["roles"] = json::array();
   for (const Role& r : plan.roles)

@@ -41,6 +41,9 @@ struct Buffer {
   bool symmetric = false;
   std::string origin;  // "input", "output", "scratch" or "compiler"
   int tensor = -1;     // index into CheckedSchedule::tensors, -1 for compiler scratch
+  // Zero when the job is loaded and never poisoned: counters that only grow (split-K's tickets,
+  // templates/mkc/split_k.cuh), like the events'.
+  bool zeroed = false;
   int64_t elements() const;
 };
 

@@ -167,9 +167,13 @@ constexpr i64 kNoFn = -1;
 // No tensor map (codegen fills map indices only for tiles it gives the TMA path).
 constexpr i64 kNoMap = -1;
 
-// gemm_tile: views {A, B, C[, bias]}. C[m0:m1, n0:n1] = fn(A[m0:m1, k0:k1] x B[k0:k1, n0:n1]
-// (+ bias)). A split-K part (k0 > 0 or k1 < K) writes f32 partial sums, without fn or bias; a
-// reduce_tile adds the parts (compiler/passes/lower_compute.cc). k0 is a multiple of 64.
+// gemm_tile: views {A, B, C[, bias][, partials, tickets]}. C[m0:m1, n0:n1] = fn(A[m0:m1, k0:k1] x
+// B[k0:k1, n0:n1] (+ bias)). k0 is a multiple of 64. A split-K part (parts > 1: K cut into
+// `parts` ranges, this task's is [k0, k1)) stores its f32 sums in its slice `part` of partials
+// [parts, M, N], then takes a ticket from tickets (i64, zero at load, counts that only grow): the
+// part that completes the tile's count of the launch adds the other parts' sums to its own and
+// writes C with bias and fn (templates/mkc/split_k.cuh). tickets holds two counters per tile, one
+// per half of it (the two consumer warpgroups of the TMA tile), at 2 * tile and 2 * tile + 1.
 struct GemmTileArgs {
   i64 m0, m1, n0, n1;
   i64 k_step;    // the K step of the tile (tile(.., .., k))
@@ -178,6 +182,9 @@ struct GemmTileArgs {
   i64 map_a;     // TMA descriptors of A and B (indices into KernelArgs::tensor_maps), or kNoMap
   i64 map_b;
   i64 k0, k1;  // the part of K this task sums over: [k0, k1)
+  i64 parts;   // split-K parts of the tile (1: not split)
+  i64 part;    // this task's part, in [0, parts)
+  i64 tile;    // the tile's index into tickets (its counters at 2 * tile and 2 * tile + 1)
 };
 
 // grouped_gemm_tile: views {X, W, Y, counts}. Rows of X are grouped by group in order; counts
@@ -308,7 +315,7 @@ MKC_ABI_FN Range read_range(const i64* args, int* pos) {
 }
 
 // Arguments of every fixed-layout kind are whole 64-bit words: the tables are arrays of them.
-static_assert(sizeof(GemmTileArgs) == 11 * 8, "gemm_tile has 11 arguments");
+static_assert(sizeof(GemmTileArgs) == 14 * 8, "gemm_tile has 14 arguments");
 static_assert(sizeof(GroupedGemmTileArgs) == 7 * 8, "grouped_gemm_tile has 7 arguments");
 static_assert(sizeof(MapTileArgs) == 3 * 8, "map_tile has 3 arguments");
 static_assert(sizeof(CopyArgs) == 2 * 8, "copy has 2 arguments");

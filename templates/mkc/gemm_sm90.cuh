@@ -25,6 +25,7 @@
 
 #include "mkc/gemm_sm80.cuh"
 #include "mkc/hopper.cuh"
+#include "mkc/split_k.cuh"
 
 namespace mkc {
 
@@ -476,7 +477,10 @@ __device__ __forceinline__ void gemm_run_jobs(const KernelArgs& a, int njobs, Jo
 // The pipeline (see the top of this file) over one job, the job held in registers, in tiles of
 // shape S (Shape or SwapShape). `args` identifies the task for the cross-task prefetch;
 // `next_args`/`next_v`: a GEMM tile of this class that may be prefetched (GemmTileArgs), or null.
-template <typename TAB, typename TC, typename TBias, typename S, typename Fn>
+// kSplit: the job is one tile's split-K part (split_state(), set before the call): each consumer
+// warpgroup stores its sums, takes its half's ticket, and only the last part's runs the epilogue
+// on the sum of every part (split_k.cuh).
+template <typename TAB, typename TC, typename TBias, typename S, bool kSplit, typename Fn>
 __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, TBias>& job,
                                          const long long* args, unsigned char* smem,
                                          const long long* next_args, const View* next_v, Fn fn) {
@@ -592,6 +596,28 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
         wgmma_wait<0>();
         if (!ok) break;
         if (t == 0) mbar_arrive(empty + (c - 1) % kStages);
+        if constexpr (kSplit) {
+          // Read here, not held through the main loop: the 128 x 256 tile has no register spare.
+          SplitState& sp = split_state();
+          float* const own = sp.partials + sp.part * sp.stride;
+          if constexpr (S::kSwap)
+            store_tile_swap<float, float, S::kMP, WN>(acc, own, ldc, nullptr, mt, nt + col_off, m1,
+                                                      n1, t, NoFn{});
+          else
+            store_tile<float, float, WN>(acc, own, ldc, nullptr, mt + row_off, nt + col_off, m1, n1,
+                                         t, NoFn{});
+          const int bar = kBarGroup + w;
+          if (split_last(sp.tickets + w, sp.parts, t, &sp.last[w],
+                         [bar] { named_bar_sync(bar, 128); })) {
+            // This warpgroup's region: its 64 rows (a swapped tile's MP) and WN columns.
+            const long long r0 = S::kSwap ? mt : mt + row_off, c0 = nt + col_off;
+            const long long rows = S::kSwap ? BM : 64;
+            sum_parts<TC, TBias>(sp.partials, sp.stride, sp.parts, ldc, C, bias, r0,
+                                 r0 + rows < m1 ? r0 + rows : m1, c0, c0 + WN < n1 ? c0 + WN : n1,
+                                 t, 128, fn);
+          }
+          continue;
+        }
         if constexpr (S::kSwap)
           store_tile_swap<TC, TBias, S::kMP, WN>(acc, C, ldc, bias, mt, nt + col_off, m1, n1, t,
                                                  fn);
@@ -606,12 +632,14 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
 }
 #endif
 
-// The task: args GemmTileArgs (abi.h), map_a and map_b set; views {A, B, C[, bias]}.
+// The task: args GemmTileArgs (abi.h), map_a and map_b set; views {A, B, C[, bias]}, and with
+// kSplit (a split-K part: GemmTileArgs::parts > 1) the partials and tickets after them.
 // Needs kThreads threads and Shape<BM, BN>::kSmemBytes of dynamic shared memory (`smem`, reset by
 // reset_pipeline at kernel start). `next_args`/`next_v`: the CTA's next task when it is a task
 // of this same class with no waits (else null): once this task's loads are issued, the producer
 // loads the first stages of that task's first tile, so they arrive during this epilogue.
-template <typename TAB, typename TC, typename TBias, int BM, int BN, typename Fn>
+template <typename TAB, typename TC, typename TBias, int BM, int BN, bool kSplit = false,
+          typename Fn>
 __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long long* args, int nb,
                               unsigned char* smem, const long long* next_args, const View* next_v,
                               Fn fn) {
@@ -630,14 +658,37 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
   job.map_b = a.tensor_maps + g.map_b;
   job.C = view_ptr<TC>(a, v[2], nb);
   job.bias = g.has_bias ? view_ptr<TBias>(a, v[3], nb) : nullptr;
-  gemm_run<TAB, TC, TBias, typename TileShape<BM, BN>::type>(a, job, args, smem, next_args, next_v,
-                                                             fn);
+  if constexpr (kSplit) {
+    // Published by gemm_run's first barrier; the task before is done with it (its last one).
+    if (threadIdx.x == 0) {
+      SplitState& sp = split_state();
+      const int pv = 3 + static_cast<int>(g.has_bias);
+      sp.partials = view_ptr<float>(a, v[pv], nb);
+      sp.stride = v[2].shape[0] * v[2].shape[1];
+      sp.part = g.part;
+      sp.parts = g.parts;
+      sp.tickets = view_ptr<unsigned long long>(a, v[pv + 1], nb) + 2 * g.tile;
+    }
+  }
+  gemm_run<TAB, TC, TBias, typename TileShape<BM, BN>::type, kSplit>(a, job, args, smem, next_args,
+                                                                     next_v, fn);
 #else
   (void)next_args;
   (void)next_v;
   // No wgmma: mma.sync on sm_80+ where the rows allow 16-byte copies, else the scalar tile.
-  if (!sm80::gemm_tile_mma<TAB, TC, TBias>(a, v, args, nb, smem, fn))
-    gemm_tile<TAB, TAB, TC, TBias>(a, v, args, nb, fn);
+  const auto tile = [&](const View* w, const long long* g) {
+    if constexpr (kSplit) {
+      if (!sm80::gemm_tile_mma<TAB, float, float>(a, w, g, nb, smem, NoFn{}))
+        gemm_tile<TAB, TAB, float, float>(a, w, g, nb, NoFn{});
+    } else {
+      if (!sm80::gemm_tile_mma<TAB, TC, TBias>(a, w, g, nb, smem, fn))
+        gemm_tile<TAB, TAB, TC, TBias>(a, w, g, nb, fn);
+    }
+  };
+  if constexpr (kSplit)
+    gemm_split_part<TC, TBias>(a, v, args, nb, tile, fn);
+  else
+    tile(v, args);
 #endif
 }
 

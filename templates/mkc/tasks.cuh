@@ -2,6 +2,7 @@
 //   movement.cuh        copy, send (every put, shift and collective data phase)
 //   reduce.cuh          reduce_tile, reduce_slots
 //   gemm_simt.cuh       gemm_tile (SIMT fallback; gemm_sm90/sm80 are fast)
+//   split_k.cuh         gemm_tile's split-K parts: the ticket and the fused reduction
 //   grouped_gemm.cuh    grouped_gemm_tile: its tile from the counts, SIMT fallback
 //   (grouped_gemm_sm90 is fast) attention_simt.cuh  attention_tile (SIMT fallback) moe.cuh
 //   a2a_counts, a2a_send, a2a_finish, combine_send, combine_reduce
@@ -18,3 +19,4 @@
 #include "mkc/moe.cuh"
 #include "mkc/movement.cuh"
 #include "mkc/reduce.cuh"
+#include "mkc/split_k.cuh"

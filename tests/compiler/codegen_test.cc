@@ -134,6 +134,56 @@ TEST_CASE("GEMM: tiles of at most 32 rows are swapped, and compile without spill
   }
 }
 
+// Split-K parts (templates/mkc/split_k.cuh) are classes of their own (the ticket and the sum of
+// the parts in the epilogue), for every tile shape: each compiles for sm_90a without a spill or a
+// serialised wgmma, the plan has no reduction tasks, and C's tile is written by the fused part.
+TEST_CASE("GEMM: split-K parts reduce in the last part's epilogue, and compile without spills") {
+  struct Case {
+    const char *ab, *c;
+    int64_t m, n, k;
+    const char* tile;
+    const char* epilogue;
+    const char* path;
+  };
+  const Case cases[] = {
+      {"bf16", "bf16", 256, 1024, 8192, " tile(128, 256, 64)", "", "128x256"},
+      {"f16", "f32", 200, 520, 4160, " tile(128, 128, 64)", ", epilogue = softplus, bias = bias",
+       "128x128"},
+      {"bf16", "bf16", 100, 392, 8256, " tile(64, 128, 64)", ", bias = bias", "64x128"},
+      {"f16", "f32", 13, 296, 3000, " tile(64, 256, 64)", ", epilogue = softplus", "16x256"},
+      {"bf16", "bf16", 5, 200, 8192, " tile(64, 64, 64)", ", bias = bias", "8x64"},
+  };
+  jit::JitOptions jo;
+  jo.cache_dir = temp_dir("cache_split");
+  for (const Case& k : cases) {
+    const auto file = std::make_shared<dsl::SourceFile>(
+        "s.mks", fmt::format("schedule s {{\n  param M = {}, N = {}, K = {}\n  input A : {}[M, K]\n"
+                             "  input B : {}[K, N]\n  input bias : f32[N]\n  output C : {}[M, N]\n"
+                             "  device softplus(x: f32) -> f32 {{ return log1pf(expf(x)); }}\n"
+                             "  compute mm = gemm(A, B -> C{}){}\n}}\n",
+                             k.m, k.n, k.k, k.ab, k.ab, k.c, k.epilogue, k.tile));
+    auto c = build(file, 1);
+    const codegen::Generated& g = c->kernels[0];
+    INFO(fmt::format("{} x {} x {}{}{}", k.m, k.n, k.k, k.tile, k.epilogue));
+    CHECK(c->plans[0].decisions.at(0).reason.find("split-K") != std::string::npos);
+    for (const plan::Task& t : c->plans[0].tasks) CHECK(t.kind != plan::TaskKind::kReduceTile);
+    REQUIRE(!g.paths.empty());
+    CHECK(g.paths[0].find(std::string("wgmma + TMA ") + k.path) != std::string::npos);
+    CHECK(g.source.find(", true>(a, v, args, kBuffers, mkc_smem") != std::string::npos);
+    const jit::JitOutput out = jit::jit_compile(g.source, "s.cu", g.kernel_name, jo);
+    MESSAGE(fmt::format("split {}x{}x{}{}: {} registers, {} B spills", k.m, k.n, k.k, k.tile,
+                        out.registers, out.spill_bytes));
+    CHECK(out.spill_bytes == 0);
+    // The last part's sum is a function of its own (split_k.cuh, sum_parts): no spill there
+    // either, nor in any other function ptxas reports.
+    CHECK(out.log.find("sum_parts") != std::string::npos);
+    for (size_t at = out.log.find(" bytes spill stores"); at != std::string::npos;
+         at = out.log.find(" bytes spill stores", at + 1))
+      CHECK_MESSAGE(out.log.compare(at - 2, 2, " 0") == 0, out.log);
+    CHECK_MESSAGE(out.log.find("are serialized") == std::string::npos, out.log);
+  }
+}
+
 // Which GEMM tile the generator picks, and what it asks the runtime for: the wgmma tile (three
 // warpgroups, a ring of dynamic shared memory, a TMA descriptor per operand view with the tile's
 // boxes) where the rows are 16-byte aligned bf16/f16, the portable tile otherwise; the default

@@ -97,16 +97,17 @@ SAMPLE_CASE("ring_attention")
 SAMPLE_CASE("ring_attention_causal")
 
 // Split-K (compiler/passes/lower_compute.cc): a skinny GEMM whose tiles leave most compute CTAs
-// idle is cut into K parts summed by reduce tasks; the sum matches the reference, alone and fused
-// with an all-reduce whose chunks wait for the sums, at odd world sizes and a K no part size
-// divides.
+// idle is cut into K parts, each a task that stores its sums and takes a ticket; the tile's last
+// part writes C (templates/mkc/split_k.cuh). No reduce tasks, no part waits for another; the sum
+// matches the reference over launches (the tickets only grow), alone and fused with an all-reduce
+// whose chunks wait for every part, at odd world sizes and a K no part size divides.
 TEST_CASE("split-K: skinny GEMMs sum their K parts, alone and under an all-reduce") {
   struct Case {
     std::string sample;
     int64_t M, N, K, R, parts;
   };
   for (const Case& k :
-       {Case{"gemm", 48, 384, 2112, 1, 2}, Case{"gemm", 130, 200, 4160, 1, 4},
+       {Case{"gemm", 48, 384, 2112, 1, 2}, Case{"gemm", 130, 200, 4160, 1, 2},
         Case{"gemm_allreduce", 40, 512, 3136, 3, 3}, Case{"gemm_allreduce", 1, 256, 2048, 2, 2}}) {
     dsl::Diagnostics diags;
     const dsl::Module module =
@@ -121,7 +122,7 @@ TEST_CASE("split-K: skinny GEMMs sum their K parts, alone and under an all-reduc
     po.sms = 12;
     const Plan plan = build_plan(checked[0], po);
     const std::string what = fmt::format("{} M={} N={} K={} R={}", k.sample, k.M, k.N, k.K, k.R);
-    // The plan says so, and holds the partial sums and the reduce tasks.
+    // The plan says so, and holds the partial sums and the tickets (zero at load).
     bool said = false;
     for (const Decision& d : plan.decisions)
       said = said || d.reason.find(fmt::format("split-K: {} parts", k.parts)) != std::string::npos;
@@ -131,18 +132,36 @@ TEST_CASE("split-K: skinny GEMMs sum their K parts, alone and under an all-reduc
       if (plan.buffers[b].name == "mm.partials") partials = static_cast<int>(b);
     REQUIRE_MESSAGE(partials >= 0, what);
     CHECK(plan.buffers[partials].shape == std::vector<int64_t>{k.parts, k.M, k.N});
-    int64_t sums = 0, covered = 0;
+    int tickets = -1;
+    for (size_t b = 0; b < plan.buffers.size(); ++b)
+      if (plan.buffers[b].name == "mm.tickets") tickets = static_cast<int>(b);
+    REQUIRE_MESSAGE(tickets >= 0, what);
+    CHECK(plan.buffers[tickets].zeroed);
+    CHECK(!plan.buffers[partials].zeroed);
+    int64_t covered = 0, tiles = 0;
+    std::map<int64_t, int64_t> parts_of;  // tile -> parts seen
     for (const Task& t : plan.tasks) {
-      if (t.rank != 0) continue;
-      if (t.kind == TaskKind::kReduceTile) ++sums;
-      if (t.kind == TaskKind::kGemmTile) {
-        const abi::GemmTileArgs g = args_as<abi::GemmTileArgs>(t);
-        CHECK(g.k0 % 64 == 0);
-        CHECK(g.k0 < g.k1);
-        covered += (g.m1 - g.m0) * (g.n1 - g.n0) * (g.k1 - g.k0);
-      }
+      if (t.rank != 0 || t.op < 0) continue;
+      CHECK(t.kind != TaskKind::kReduceTile);
+      if (t.kind != TaskKind::kGemmTile) continue;
+      const abi::GemmTileArgs g = args_as<abi::GemmTileArgs>(t);
+      CHECK(g.k0 % 64 == 0);
+      CHECK(g.k0 < g.k1);
+      CHECK(g.parts == k.parts);
+      covered += (g.m1 - g.m0) * (g.n1 - g.n0) * (g.k1 - g.k0);
+      tiles = std::max<int64_t>(tiles, g.tile + 1);
+      ++parts_of[g.tile];
+      // No part waits for another part of the GEMM: they share no events.
+      for (const Wait& w : t.waits)
+        CHECK(plan.events[w.event].name.find("mm.tile") == std::string::npos);
+      // C's tile as a scatter write, and its own slice of the partials.
+      REQUIRE(t.writes.size() == 2u);
+      CHECK(t.writes[0].scatter);
+      CHECK(t.writes[1].buffer == partials);
+      CHECK(t.writes[1].lo.at(0) == g.part);
     }
-    CHECK(sums > 0);
+    CHECK(plan.buffers[tickets].shape == std::vector<int64_t>{2 * tiles});
+    for (const auto& [tile, n] : parts_of) CHECK(n == k.parts);
     CHECK_MESSAGE(covered == k.M * k.N * k.K, what);  // every (m, n, k) once
     for (uint64_t seed : {1u, 2u}) {
       InterpretOptions io;
@@ -152,6 +171,44 @@ TEST_CASE("split-K: skinny GEMMs sum their K parts, alone and under an all-reduc
       io.inputs = random_inputs(plan, seed);
       interpret_and_compare(checked[0], plan, io, fmt::format("{} seed={}", what, seed));
     }
+  }
+}
+
+// A split GEMM with a bias and an epilogue function: the tile's last part applies them to the
+// whole sum (before the fused split, a GEMM with either was never split). Three launches with
+// fresh inputs: the tickets keep counting and each launch's last part is the one that writes.
+TEST_CASE("split-K: the last part applies the bias and the epilogue function to the sum") {
+  dsl::Diagnostics diags;
+  const dsl::Module m = dsl::parse(std::make_shared<dsl::SourceFile>("split_fn.mks", R"(
+schedule split_fn {
+  param M = 20, N = 300, K = 4200
+  input  A : bf16[M, K]
+  input  B : bf16[K, N]
+  input  bias : f32[N]
+  output C : f32[M, N]
+  device soft(x: f32) -> f32 { return log1pf(expf(x)); }
+  compute mm = gemm(A, B -> C, epilogue = soft, bias = bias) tile(64, 128, 64)
+}
+)"),
+                                   diags);
+  compiler::CheckOptions opts;
+  opts.ranks = {1};
+  const auto checked = compiler::check(m, opts, diags);
+  REQUIRE_MESSAGE(!diags.has_errors(), dsl::render_text(diags.all(), false));
+  PassOptions po;
+  po.sms = 16;
+  const Plan plan = build_plan(checked[0], po);
+  int64_t parts = 0;
+  for (const Task& t : plan.tasks)
+    if (t.kind == TaskKind::kGemmTile) parts = args_as<abi::GemmTileArgs>(t).parts;
+  CHECK(parts == 4);  // 3 tiles on 16 CTAs, K 4200: min(16 / 3, 4200 / 1024) parts
+  for (uint64_t seed : {1u, 2u}) {
+    InterpretOptions io;
+    io.launches = 3;
+    io.seed = seed;
+    io.fns = {{"soft", [](const std::vector<double>& a) { return std::log1p(std::exp(a[0])); }}};
+    io.inputs = random_inputs(plan, seed);
+    interpret_and_compare(checked[0], plan, io, fmt::format("split_fn seed={}", seed));
   }
 }
 

@@ -163,6 +163,15 @@ GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; the 
       {"bf16_swap_m92", "bf16", "bf16", "64, 128, 64", 92, 392, 136, true},
       {"bf16_swap_n64", "bf16", "bf16", "64, 64, 64", 5, 200, 136, true},
       {"bf16_portable", "bf16", "bf16", "128, 128, 64", 130, 70, 100, false},
+      // Split-K (K >= 2048 and few tiles: templates/mkc/split_k.cuh): each part stores its sums,
+      // the tile's last applies bias and softplus to the whole; a ragged last part, the swapped
+      // tiles, and the portable tile's CTA-wide sum (N 70: rows not 16-byte aligned). (softplus
+      // is x past 20: at these K some sums pass 88, where f32 expf overflows to inf.)
+      {"bf16_split_128", "bf16", "bf16", "128, 128, 64", 200, 392, 4160, true},
+      {"f16_split_64x256_f32out", "f16", "f32", "64, 256, 64", 100, 520, 8256, true},
+      {"bf16_split_swap_m13", "bf16", "bf16", "64, 128, 64", 13, 296, 3000, true},
+      {"bf16_split_swap_n64", "bf16", "bf16", "64, 64, 64", 5, 200, 8192, true},
+      {"bf16_split_portable", "bf16", "bf16", "128, 128, 64", 130, 70, 2100, false},
   };
   for (const Variant& v : variants) {
     SUBCASE(v.name) {
@@ -172,7 +181,7 @@ GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; the 
   input  B : {1}[K, N]
   input  bias : f32[N]
   output C : {2}[M, N]
-  device softplus(x: f32) -> f32 {{ return log1pf(expf(x)); }}
+  device softplus(x: f32) -> f32 {{ return x > 20.0f ? x : log1pf(expf(x)); }}
   compute mm = gemm(A, B -> C, epilogue = softplus, bias = bias) tile({3})
 }}
 )",
@@ -182,7 +191,101 @@ GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; the 
       const bool uses_tma = c->gen().source.find("gemm_tile_tma") != std::string::npos;
       CHECK(uses_tma == v.tma);
       CHECK(c->gen().tensor_maps.empty() == !v.tma);
-      run_and_check(*c, 2, fns);
+      const bool split = c->plan().decisions.at(0).reason.find("split-K") != std::string::npos;
+      CHECK(split == (v.k >= 2048));
+      // Three launches with fresh inputs: the tickets count on, each launch's last part writes.
+      run_and_check(*c, split ? 3 : 2, fns);
+    }
+  }
+}
+
+// Split-K's parts, looked at one launch at a time (templates/mkc/split_k.cuh): small integer
+// inputs keep every sum exact in f32, so each part's slice of the partials, the tickets (every
+// tile's counters at launch x parts: each part took one per consumer warpgroup) and C must be
+// equal to the host's, not merely close. Fresh inputs each launch.
+GPU_TEST_CASE("split-K: each part's sums, the tickets and C, launch by launch") {
+  struct Variant {
+    const char* tile;
+    int64_t m, n, k;
+  };
+  const Variant variants[] = {{"128, 128, 64", 200, 392, 4160},
+                              {"128, 256, 64", 130, 300, 4200},
+                              {"64, 256, 64", 100, 520, 8256},
+                              {"64, 128, 64", 13, 296, 3000},
+                              {"64, 64, 64", 5, 200, 8192}};
+  for (const Variant& v : variants) {
+    const std::string text = fmt::format(R"(schedule split {{
+  param M = {1}, N = {2}, K = {3}
+  input  A : bf16[M, K]
+  input  B : bf16[K, N]
+  output C : f32[M, N]
+  compute mm = gemm(A, B -> C) tile({0})
+}}
+)",
+                                         v.tile, v.m, v.n, v.k);
+    auto c = compile(std::make_shared<dsl::SourceFile>("split.mks", text), 1, {});
+    const plan::Plan& p = c->plan();
+    int partials = -1, tickets = -1;
+    for (size_t b = 0; b < p.buffers.size(); ++b) {
+      if (p.buffers[b].name == "mm.partials") partials = static_cast<int>(b);
+      if (p.buffers[b].name == "mm.tickets") tickets = static_cast<int>(b);
+    }
+    REQUIRE_MESSAGE((partials >= 0 && tickets >= 0), v.tile);
+    int64_t parts = 0;
+    std::vector<abi::GemmTileArgs> tiles;
+    for (const plan::Task& t : p.tasks) {
+      if (t.kind != plan::TaskKind::kGemmTile) continue;
+      const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+      parts = g.parts;
+      tiles.push_back(g);
+    }
+    const int64_t M = v.m, N = v.n, K = v.k;
+    LocalJobOptions lo;
+    lo.share_gpus = true;
+    LocalJob job(p, c->jit.cubin, c->gen(), lo);
+    // Zero at load (Buffer::zeroed), whatever the allocation held before.
+    for (double x : job.download(0, tickets)) CHECK(x == 0.0);
+    for (int launch = 1; launch <= 3; ++launch) {
+      std::vector<double> a(M * K), b(K * N);
+      for (int64_t i = 0; i < M * K; ++i) a[i] = static_cast<double>((i * 7 + launch * 13) % 7) - 3;
+      for (int64_t i = 0; i < K * N; ++i) b[i] = static_cast<double>((i * 5 + launch * 3) % 7) - 3;
+      job.upload(0, 0, a);
+      job.upload(0, 1, b);
+      job.poison(0, 2);
+      job.launch();
+      const std::vector<double> got_c = job.download(0, 2);
+      const std::vector<double> got_p = job.download(0, partials);
+      const std::vector<double> got_t = job.download(0, tickets);
+      int64_t bad_c = 0, bad_p = 0, bad_t = 0;
+      std::string first;
+      for (const abi::GemmTileArgs& g : tiles) {
+        for (int64_t m = g.m0; m < g.m1; ++m) {
+          for (int64_t n = g.n0; n < g.n1; ++n) {
+            double s = 0;
+            for (int64_t k = g.k0; k < g.k1; ++k) s += a[m * K + k] * b[k * N + n];
+            const double gp = got_p[(g.part * M + m) * N + n];
+            if (gp != s && bad_p++ == 0)
+              first += fmt::format(" part {} ({}, {}): {} want {};", g.part, m, n, gp, s);
+          }
+        }
+        const double t0 = got_t[2 * g.tile], t1 = got_t[2 * g.tile + 1];
+        const double want = static_cast<double>(launch * parts);
+        if ((t0 != want || (t1 != want && t1 != 0)) && bad_t++ == 0)
+          first += fmt::format(" tile {} tickets {} {} want {};", g.tile, t0, t1, want);
+      }
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < N; ++n) {
+          double s = 0;
+          for (int64_t k = 0; k < K; ++k) s += a[m * K + k] * b[k * N + n];
+          if (got_c[m * N + n] != s && bad_c++ == 0)
+            first += fmt::format(" C ({}, {}): {} want {};", m, n, got_c[m * N + n], s);
+        }
+      }
+      INFO(fmt::format("tile({}) {}x{}x{} parts {} launch {}:{}", v.tile, M, N, K, parts, launch,
+                       first));
+      CHECK(bad_p == 0);
+      CHECK(bad_t == 0);
+      CHECK(bad_c == 0);
     }
   }
 }

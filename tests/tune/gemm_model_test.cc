@@ -24,7 +24,7 @@ TEST_CASE("gemm model: candidates are the template's tiles, fastest first") {
   }
   // The big square GEMM: the wide tile without a split.
   CHECK(c[0].text() == "tile(128, 256, 64)");
-  // Not splittable (an epilogue, a bias): no split-K candidate.
+  // Not splittable (rows_from, or K < 2048): no split-K candidate.
   // 16 rows: the swapped tile's 64 x 64 too.
   const auto plain = mkc::tune::gemm_candidates(GemmProblem{16, 8192, 7168, 132, false});
   CHECK(plain.size() == 5);

@@ -1,0 +1,174 @@
+// Split-K's fused reduction (abi.h, GemmTileArgs::parts). The parts of a tile run as independent
+// tasks on any CTAs, none waiting for another: each stores its f32 sums in its slice of the
+// partials [parts, M, N], then takes a ticket from the tile's counter. The part whose ticket
+// completes the launch's count (the counter only grows: launch e's last ticket is e * parts,
+// taken by whichever part finishes last) adds the other parts' sums to its own and runs the
+// normal epilogue: bias, the epilogue function, the cast, the store into C. So a split GEMM has no
+// reduction phase of its own, and bias and epilogue functions apply to the whole sum.
+//
+// Ordering: every thread's partial stores, then a barrier of the threads that made them, then one
+// thread's fence and ticket (an atomic at the GPU's scope), then a fence and a barrier before the
+// elected threads read the others' sums (through L2: __ldcg, never a stale L1 line). The next
+// launch's stores come after this launch's reads (launches on a rank are kernels in stream order).
+// A failed launch leaves the counters short, like the events' (sync.cuh): the job then reports
+// its error and is not launched again.
+//
+// Here: the ticket, the last part's sum and epilogue (per consumer warpgroup of the TMA tile,
+// gemm_sm90.cuh, or CTA-wide), and the portable path (SIMT or mma.sync tiles into the partials).
+// Compiled by NVRTC only.
+#pragma once
+
+#include "mkc/gemm_simt.cuh"
+
+namespace mkc {
+
+// The running split part of a TMA tile (gemm_sm90.cuh), in shared memory: part 0's f32 sums
+// [M, N] (parts `stride` elements apart), this part, the parts, the tile's two tickets, and per
+// consumer warpgroup whether its ticket completed the tile.
+struct SplitState {
+  float* partials;
+  unsigned long long* tickets;
+  long long stride, part, parts;
+  unsigned last[2];
+};
+
+__device__ __forceinline__ SplitState& split_state() {
+  __shared__ SplitState state;
+  return state;
+}
+
+// After `sync()` (a barrier of the threads that stored this part's sums), thread t == 0 takes the
+// ticket; returns on every thread whether this part completes the tile (then its threads add the
+// others' sums). `slot`: a shared word the threads of the barrier read the answer from.
+template <typename Sync>
+__device__ __forceinline__ bool split_last(unsigned long long* ticket, long long parts, int t,
+                                           volatile unsigned* slot, Sync sync) {
+  sync();
+  if (t == 0) {
+    __threadfence();
+    const unsigned long long n = atomicAdd(ticket, 1ull) + 1;
+    __threadfence();
+    *slot = n % static_cast<unsigned long long>(parts) == 0 ? 1u : 0u;
+  }
+  sync();
+  return *slot != 0u;
+}
+
+// The last part's epilogue over a region of the tile: C[r0:r1, c0:c1] = fn(the sum of every
+// part's sums (P: part 0's [M, N], parts `stride` elements apart, row stride ldc) + bias), by
+// `threads` threads (t: this one's index), four columns at a time: reads of every part's rows
+// and stores of C's, consecutive threads on consecutive columns. Every part is read from memory,
+// this one's own too (it stored them before its ticket): the accumulators are dead by then, which
+// the 128 x 256 tile's registers need (holding them through the sum spilled 2 KB, ptxas). Not
+// inlined: beside the tile's main loop in one function, any batching of the loads spilled.
+template <typename TC, typename TBias, int kBatch = 6, typename Fn>
+__device__ __noinline__ void sum_parts(const float* P, long long stride, long long parts,
+                                       long long ldc, TC* C, const TBias* bias, long long r0,
+                                       long long r1, long long c0, long long c1, int t, int threads,
+                                       Fn fn) {
+  if (r1 <= r0 || c1 <= c0) return;
+  // kBatch items (four columns each) per thread at a time, all their loads of a part issued
+  // before any add: a load per item behind a branch of its own was waited for before the next
+  // was issued, and the last part's sum ran at about 2 GB/s per warpgroup (H100, 2026-12-06):
+  // split-K 2 of 4096 x 3584 x 8192 took twice the unsplit time.
+  const int cols = static_cast<int>(c1 - c0), quads = (cols + 3) / 4;
+  const int items = static_cast<int>(r1 - r0) * quads;
+  const bool vec = ldc % 4 == 0 && c0 % 4 == 0 && stride % 4 == 0 &&
+                   (reinterpret_cast<unsigned long long>(P) & 15) == 0;
+#pragma unroll 1
+  for (int i0 = t; i0 < items; i0 += kBatch * threads) {
+    long long at[kBatch];
+    int n[kBatch], col[kBatch];
+    bool full = vec;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * threads;
+      const int c = 4 * (i % quads);
+      n[u] = i >= items ? 0 : cols - c < 4 ? cols - c : 4;
+      col[u] = c;
+      at[u] = (r0 + i / quads) * ldc + c0 + c;
+      full = full && n[u] == 4;
+    }
+    float4 x[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) x[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (full) {
+#pragma unroll 1
+      for (long long q = 0; q < parts; ++q) {
+        const float* p = P + q * stride;
+        float4 v[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) v[u] = __ldcg(reinterpret_cast<const float4*>(p + at[u]));
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          x[u].x += v[u].x;
+          x[u].y += v[u].y;
+          x[u].z += v[u].z;
+          x[u].w += v[u].w;
+        }
+      }
+    } else {
+#pragma unroll 1
+      for (long long q = 0; q < parts; ++q) {
+        const float* p = P + q * stride;
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          if (n[u] > 0) x[u].x += __ldcg(p + at[u]);
+          if (n[u] > 1) x[u].y += __ldcg(p + at[u] + 1);
+          if (n[u] > 2) x[u].z += __ldcg(p + at[u] + 2);
+          if (n[u] > 3) x[u].w += __ldcg(p + at[u] + 3);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const float e[4] = {x[u].x, x[u].y, x[u].z, x[u].w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (k < n[u])
+          C[at[u] + k] = from_f32<TC>(fn(e[k] + (bias ? to_f32(bias[c0 + col[u] + k]) : 0.0f)));
+      }
+    }
+  }
+}
+
+// The portable split part: views {A, B, C[, bias], partials, tickets}. `tile(w, g2)` computes this
+// part's sums into the view list w (A, B, this part's [M, N] slice of the partials) with the
+// arguments g2 (no bias, no function); then the CTA takes the ticket and, when it completes the
+// tile, sums every part's slice (its own from memory too) into C with bias and fn.
+template <typename TC, typename TBias, typename Tile, typename Fn>
+__device__ void gemm_split_part(const KernelArgs& a, const View* v, const long long* args, int nb,
+                                Tile tile, Fn fn) {
+  const abi::GemmTileArgs& g = args_as<abi::GemmTileArgs>(args);
+  const int pv = 3 + static_cast<int>(g.has_bias);
+  const long long M = v[2].shape[0], N = v[2].shape[1];
+  View w[3] = {v[0], v[1], v[pv]};
+  w[2].offset += g.part * M * N;
+  w[2].ndim = 2;
+  w[2].shape[0] = M;
+  w[2].shape[1] = N;
+  abi::GemmTileArgs g2 = g;
+  g2.fn = abi::kNoFn;
+  g2.has_bias = 0;
+  tile(static_cast<const View*>(w), reinterpret_cast<const long long*>(&g2));
+  __shared__ unsigned last;
+  unsigned long long* ticket = view_ptr<unsigned long long>(a, v[pv + 1], nb) + 2 * g.tile;
+  if (!split_last(ticket, g.parts, threadIdx.x, &last, [] { __syncthreads(); })) return;
+  sum_parts<TC, TBias>(view_ptr<float>(a, v[pv], nb), M * N, g.parts, N, view_ptr<TC>(a, v[2], nb),
+                       g.has_bias ? view_ptr<TBias>(a, v[3], nb) : nullptr, g.m0, g.m1, g.n0, g.n1,
+                       threadIdx.x, blockDim.x, fn);
+}
+
+// gemm_tile's SIMT path for a split part (gemm_simt.cuh's tile into the partials).
+template <typename TA, typename TB, typename TC, typename TBias, typename Fn>
+__device__ void gemm_tile_split(const KernelArgs& a, const View* v, const long long* args, int nb,
+                                Fn fn) {
+  gemm_split_part<TC, TBias>(
+      a, v, args, nb,
+      [&](const View* w, const long long* g2) {
+        gemm_tile<TA, TB, float, float>(a, w, g2, nb, NoFn{});
+      },
+      fn);
+}
+
+}  // namespace mkc
