@@ -6,7 +6,8 @@ processes sharing the GPUs there are:
     torchrun --nproc_per_node 3 python/tests/gpu_samples.py [--launches 2] [--only allgather,...]
 
 For each of allgather, allreduce, reducescatter, gemm_allreduce, allgather_gemm,
-gemm_reducescatter, alltoall, moe_dispatch_gemm and ring_attention (samples/*.mks at small shapes whose rows divide by 2 and 3 ranks): compile
+gemm_reducescatter, alltoall, moe_dispatch_gemm, moe_ffn_combine, ring_attention and
+ring_attention_causal (samples/*.mks at small shapes whose rows divide by 2 and 3 ranks): compile
 with group=, then for each launch draw fresh random inputs, put them where the kernel reads them
 (bound PyTorch tensors; symmetric ones filled in place through Kernel.symmetric), poison the
 outputs, launch on the current stream, and compare with PyTorch's result in fp32 from every
@@ -38,6 +39,9 @@ SHAPES = {
     "alltoall": {"T": 37, "H": 64, "K": 2},
     "moe_dispatch_gemm": {"T": 16, "H": 64, "F": 32, "E": 12, "TOPK": 2},
     "ring_attention": {"B": 1, "H": 2, "S": 1536, "D": 64},
+    # 12 experts: 6 or 4 per rank. S: 2R chunks of whole 128-row tiles at 2 and 3 ranks.
+    "moe_ffn_combine": {"T": 32, "H": 256, "F": 128, "E": 12, "TOPK": 2},
+    "ring_attention_causal": {"B": 2, "H": 2, "S": 1536, "D": 64},
 }
 
 
@@ -178,6 +182,57 @@ def one_launch(name, k, d, rank, R, gen):
         values = torch.cat([p[1] for p in kvs], dim=2)
         scores = (q.float().cpu() @ keys.transpose(-1, -2)) * D ** -0.5
         return rel_err(o, torch.softmax(scores, dim=-1) @ values)
+    if name == "moe_ffn_combine":
+        # Y[t] = sum over j of gate_w[t, j] times expert route[t, j]'s FFN of X[t] (expert e on
+        # rank e // per as its e % per): (silu(x W1) * (x W3)) W2, with the kernel's bf16
+        # intermediates (G, U, A, Yr) rounded where it rounds them.
+        T, H, F, E, TOPK = d["T"], d["H"], d["F"], d["E"], d["TOPK"]
+        per = E // R
+        x = randn(T, H)
+        route = torch.randint(0, E, (T, TOPK), device="cuda", dtype=torch.int32, generator=gen)
+        gate = torch.rand(T, TOPK, device="cuda", generator=gen)
+        w1 = randn(per, H, F, scale=H ** -0.5)
+        w3 = randn(per, H, F, scale=H ** -0.5)
+        w2 = randn(per, F, H, scale=F ** -0.5)
+        poison(k.symmetric("Y"))
+        dist.barrier()
+        k(X=x, route=route, gate_w=gate, W1=w1, W3=w3, W2=w2)
+        k.synchronize()
+        # Every rank's experts, in expert order (rank r holds r * per ...).
+        W1, W3, W2 = (torch.cat(gathered(w)) for w in (w1, w3, w2))
+        bf = lambda t: t.bfloat16().float()  # noqa: E731
+        xf, rc, gc = x.float().cpu(), route.cpu().long(), gate.cpu()
+        ref = torch.zeros(T, H)
+        for t in range(T):
+            for j in range(TOPK):
+                e = int(rc[t, j])
+                g, u = bf(xf[t] @ W1[e]), bf(xf[t] @ W3[e])
+                ref[t] += gc[t, j] * bf(bf(g * torch.sigmoid(g) * u) @ W2[e])
+        return rel_err(k.symmetric("Y"), ref)
+    if name == "ring_attention_causal":
+        # Zigzag: rank r holds chunks r and 2R-1-r (of 2R) of the queries, keys and values
+        # (Q[c], KV[0, c] keys, KV[1, c] values); causal over the whole sequence's positions,
+        # scale 1/sqrt(D); O[c] is chunk c's output.
+        B, Hh, S, D = d["B"], d["H"], d["S"], d["D"]
+        C = S // (2 * R)
+        q = randn(2, B, Hh, C, D)
+        kv = randn(2, 2, B, Hh, C, D)
+        o = poison(torch.empty(2, B, Hh, C, D, device="cuda", dtype=torch.bfloat16))
+        dist.barrier()
+        k(Q=q, KV=kv, O=o)
+        k.synchronize()
+        qs, kvs = gathered(q), gathered(kv)
+        at = [None] * (2 * R)  # chunk -> (rank, slot)
+        for r in range(R):
+            at[r], at[2 * R - 1 - r] = (r, 0), (r, 1)
+        queries = torch.cat([qs[r][c] for r, c in at], dim=-2)
+        keys = torch.cat([kvs[r][0][c] for r, c in at], dim=-2)
+        values = torch.cat([kvs[r][1][c] for r, c in at], dim=-2)
+        scores = (queries @ keys.transpose(-1, -2)) * D ** -0.5
+        future = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
+        full = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ values
+        mine = [rank, 2 * R - 1 - rank]
+        return rel_err(o, torch.stack([full[..., c * C:(c + 1) * C, :] for c in mine]))
     raise KeyError(name)
 
 
