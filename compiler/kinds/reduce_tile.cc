@@ -33,7 +33,7 @@ class ReduceTile final : public Kind {
       }
       out.push_back(Touch{1, {r0}, {r1}, true});
     } else if (r.axis == 0 && ys.size() == 2 && r.y0 < r.y1 && r.y0 / row == (r.y1 - 1) / row) {
-      // A run inside one row of a 2-D Y (split-K's sums): that run of the row in every slice.
+      // A run inside one row of a 2-D Y: that run of the row in every slice.
       const int64_t y = r.y0 / row, c0 = r.y0 % row, c1 = c0 + (r.y1 - r.y0);
       out.push_back(Touch{0, {0, y, c0}, {t.views[0].shape[0], y + 1, c1}, false});
       out.push_back(Touch{1, {y, c0}, {y + 1, c1}, true});
