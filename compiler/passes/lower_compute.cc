@@ -33,7 +33,7 @@ static int64_t kernel_compute_ctas(const compiler::CheckedSchedule& s, int64_t s
 // sit idle while a few stream the whole of B). K is then cut into S parts of whole 64-wide steps,
 // each a gemm_tile task of its own: it stores its f32 sums in its slice of the compiler's buffer
 // `<op>.partials` [S, M, N] and takes a ticket from `<op>.tickets` (two counters per tile, zero
-// at load); the part that completes the tile's count adds the other parts' sums and writes C with
+// at load); the part that completes the tile's count sums every part's slice and writes C with
 // the bias and epilogue function (templates/mkc/split_k.cuh). No task waits for another part:
 // every part declares C's tile as a scatter write (one of them writes it), so C's consumers wait
 // for all of them. Only with K >= 2048 (each part keeps a pipeline's worth of steps) and plain

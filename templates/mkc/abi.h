@@ -171,8 +171,8 @@ constexpr i64 kNoMap = -1;
 // B[k0:k1, n0:n1] (+ bias)). k0 is a multiple of 64. A split-K part (parts > 1: K cut into
 // `parts` ranges, this task's is [k0, k1)) stores its f32 sums in its slice `part` of partials
 // [parts, M, N], then takes a ticket from tickets (i64, zero at load, counts that only grow): the
-// part that completes the tile's count of the launch adds the other parts' sums to its own and
-// writes C with bias and fn (templates/mkc/split_k.cuh). tickets holds two counters per tile, one
+// part that completes the tile's count of the launch sums every part's slice and writes C with
+// bias and fn (templates/mkc/split_k.cuh). tickets holds two counters per tile, one
 // per half of it (the two consumer warpgroups of the TMA tile), at 2 * tile and 2 * tile + 1.
 struct GemmTileArgs {
   i64 m0, m1, n0, n1;

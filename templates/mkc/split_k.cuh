@@ -2,13 +2,13 @@
 // tasks on any CTAs, none waiting for another: each stores its f32 sums in its slice of the
 // partials [parts, M, N], then takes a ticket from the tile's counter. The part whose ticket
 // completes the launch's count (the counter only grows: launch e's last ticket is e * parts,
-// taken by whichever part finishes last) adds the other parts' sums to its own and runs the
-// normal epilogue: bias, the epilogue function, the cast, the store into C. So a split GEMM has no
-// reduction phase of its own, and bias and epilogue functions apply to the whole sum.
+// taken by whichever part finishes last) sums every part's slice (its own too, read back) and
+// runs the normal epilogue: bias, the epilogue function, the cast, the store into C. So a split
+// GEMM has no reduction phase of its own, and bias and epilogue functions apply to the whole sum.
 //
 // Ordering: every thread's partial stores, then a barrier of the threads that made them, then one
 // thread's fence and ticket (an atomic at the GPU's scope), then a fence and a barrier before the
-// elected threads read the others' sums (through L2: __ldcg, never a stale L1 line). The next
+// elected threads read the parts' sums (through L2: __ldcg, never a stale L1 line). The next
 // launch's stores come after this launch's reads (launches on a rank are kernels in stream order).
 // A failed launch leaves the counters short, like the events' (sync.cuh): the job then reports
 // its error and is not launched again.
@@ -38,8 +38,8 @@ __device__ __forceinline__ SplitState& split_state() {
 }
 
 // After `sync()` (a barrier of the threads that stored this part's sums), thread t == 0 takes the
-// ticket; returns on every thread whether this part completes the tile (then its threads add the
-// others' sums). `slot`: a shared word the threads of the barrier read the answer from.
+// ticket; returns on every thread whether this part completes the tile (then its threads sum
+// every part's). `slot`: a shared word the threads of the barrier read the answer from.
 template <typename Sync>
 __device__ __forceinline__ bool split_last(unsigned long long* ticket, long long parts, int t,
                                            volatile unsigned* slot, Sync sync) {
