@@ -606,9 +606,7 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
           else
             store_tile<float, float, WN>(acc, own, ldc, nullptr, mt + row_off, nt + col_off, m1, n1,
                                          t, NoFn{});
-          const int bar = kBarGroup + w;
-          if (split_last(sp.tickets + w, sp.parts, t, &sp.last[w],
-                         [bar] { named_bar_sync(bar, 128); })) {
+          if (split_last(sp.tickets + w, sp.parts, t, &sp.last[w], kBarGroup + w, 128)) {
             // This warpgroup's region: its 64 rows (a swapped tile's MP) and WN columns.
             const long long r0 = S::kSwap ? mt : mt + row_off, c0 = nt + col_off;
             const long long rows = S::kSwap ? BM : 64;

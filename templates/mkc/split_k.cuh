@@ -37,20 +37,27 @@ __device__ __forceinline__ SplitState& split_state() {
   return state;
 }
 
-// After `sync()` (a barrier of the threads that stored this part's sums), thread t == 0 takes the
-// ticket; returns on every thread whether this part completes the tile (then its threads sum
-// every part's). `slot`: a shared word the threads of the barrier read the answer from.
-template <typename Sync>
+// A barrier of `threads` threads: the CTA's (__syncthreads) for bar 0, else named barrier `bar`.
+__device__ __forceinline__ void split_barrier(int bar, int threads) {
+  if (bar == 0)
+    __syncthreads();
+  else
+    asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(threads) : "memory");
+}
+
+// After a barrier of the threads that stored this part's sums (split_barrier(bar, threads)),
+// thread t == 0 takes the ticket; returns on every thread whether this part completes the tile
+// (then its threads sum every part's). `slot`: a shared word the threads read the answer from.
 __device__ __forceinline__ bool split_last(unsigned long long* ticket, long long parts, int t,
-                                           volatile unsigned* slot, Sync sync) {
-  sync();
+                                           volatile unsigned* slot, int bar, int threads) {
+  split_barrier(bar, threads);
   if (t == 0) {
     __threadfence();
     const unsigned long long n = atomicAdd(ticket, 1ull) + 1;
     __threadfence();
     *slot = n % static_cast<unsigned long long>(parts) == 0 ? 1u : 0u;
   }
-  sync();
+  split_barrier(bar, threads);
   return *slot != 0u;
 }
 
@@ -153,7 +160,7 @@ __device__ void gemm_split_part(const KernelArgs& a, const View* v, const long l
   tile(static_cast<const View*>(w), reinterpret_cast<const long long*>(&g2));
   __shared__ unsigned last;
   unsigned long long* ticket = view_ptr<unsigned long long>(a, v[pv + 1], nb) + 2 * g.tile;
-  if (!split_last(ticket, g.parts, threadIdx.x, &last, [] { __syncthreads(); })) return;
+  if (!split_last(ticket, g.parts, threadIdx.x, &last, 0, blockDim.x)) return;
   sum_parts<TC, TBias>(view_ptr<float>(a, v[pv], nb), M * N, g.parts, N, view_ptr<TC>(a, v[2], nb),
                        g.has_bias ? view_ptr<TBias>(a, v[3], nb) : nullptr, g.m0, g.m1, g.n0, g.n1,
                        threadIdx.x, blockDim.x, fn);
