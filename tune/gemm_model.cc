@@ -46,14 +46,19 @@ int64_t cdiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// The rows a tile's wgmma computes: a 64-row tile of a GEMM of at most 32 rows runs swapped
-// (templates/mkc/gemm_sm90.cuh, SwapShape) on its rows rounded up to 8, 16 or 32.
+// The rows a tile's tensor cores run: a tile has min(M, bm) rows (a GEMM of at most 64 rows runs
+// a 64-row or swapped tile whatever BM says).
 int64_t mma_rows(int64_t M, int64_t bm) {
-  if (bm != 64 || M > 32) return bm;
-  return M <= 8 ? 8 : M <= 16 ? 16 : 32;
+  return hopper_tile_rows(std::min(M, bm));
 }
 
 }  // namespace
+
+int64_t hopper_tile_rows(int64_t rows) {
+  for (const int64_t mp : {8, 16, 32, 64})
+    if (rows <= mp) return mp;
+  return 128;
+}
 
 std::string GemmCandidate::text() const {
   return split_k > 1 ? fmt::format("tile({}, {}, {}) split-K {}", bm, bn, bk, split_k)
@@ -86,7 +91,8 @@ double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t spl
   const double load_us = own / kStreamBytesPerUs + (a_bytes + b_bytes - own) / kL2BytesPerUs;
   // Ragged tiles cost a whole tile: the tensor cores run on the zero fill.
   const double mma_us = 2.0 * static_cast<double>(mma_rows(p.M, bm) * bn) *
-                        static_cast<double>(part_k) / (kSmFlopsPerUs * efficiency(bm, bn));
+                        static_cast<double>(part_k) /
+                        (kSmFlopsPerUs * efficiency(mma_rows(p.M, bm) > 64 ? 128 : 64, bn));
   const double compute_us = static_cast<double>(waves) * (std::max(mma_us, load_us) + kTileFixedUs);
   // Every operand once from HBM; when split, the parts' f32 sums written and all but one read.
   const double out_bytes =
@@ -106,7 +112,9 @@ std::vector<GemmCandidate> gemm_candidates(const GemmProblem& p) {
   for (const int64_t bm : {128, 64}) {
     for (const int64_t bn : {256, 128, 64}) {
       // 64 columns: the swapped tile's alone (at most 32 rows).
-      if (bn == 64 && mma_rows(p.M, bm) == bm) continue;
+      if (bn == 64 && mma_rows(p.M, bm) > 32) continue;
+      // At most 64 rows, BM 128 runs BM 64's tile: one candidate.
+      if (bm == 128 && p.M <= 64) continue;
       for (const int64_t s : {1, 2, 4, 8}) {
         if (s > 1 && (!p.splittable || p.K / s < 1024)) continue;
         const int64_t parts = split_parts(p.K, s);

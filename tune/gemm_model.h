@@ -35,6 +35,13 @@ inline bool split_allowed(int64_t K, bool rows_from) {
   return K >= 2048 && !rows_from;
 }
 
+// The rows the Hopper tile runs for a tile of `rows` rows (at most its BM): 8, 16 or 32 up to
+// 32 (the swapped tile, templates/mkc/gemm_sm90.cuh SwapShape: the columns fill wgmma's M of 64
+// and the rows are its N, so few rows pad to 8 instead of 64), 64 up to 64 (the consumers then
+// split the columns), else 128. The lowering's tile class (compiler/kinds/gemm_tile.cc) and the
+// model's arithmetic both ask this.
+int64_t hopper_tile_rows(int64_t rows);
+
 // The split-K parts a requested split gives: K in whole 64-wide steps per part (as the lowering
 // cuts it), so 3 parts of K 4096 are 3 and 7 parts of K 256 are 4.
 int64_t split_parts(int64_t K, int64_t requested);

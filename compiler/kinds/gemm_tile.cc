@@ -12,6 +12,7 @@
 #include "compiler/kinds/kind.h"
 #include "compiler/kinds/kinds.h"
 #include "compiler/kinds/view_math.h"
+#include "tune/gemm_model.h"
 
 namespace mkc::kinds {
 namespace {
@@ -159,15 +160,10 @@ class GemmTile final : public Kind {
     if (g.m1 - g.m0 <= 32 && g.n1 - g.n0 <= 64) return 64;
     return g.n1 - g.n0 > 128 ? 256 : 128;
   }
-  // Its rows: 8, 16 or 32 for tiles of at most 32 rows (the swapped tile, templates/mkc/
-  // gemm_sm90.cuh SwapShape: the columns fill wgmma's 64 and the rows are its N, so few rows pad
-  // to 8 instead of 64), 64 for at most 64 (the consumers then split the columns), else 128.
+  // Its rows: tune::hopper_tile_rows of the task's (swapped up to 32, 64, else 128).
   static int tma_m(const Task& t) {
     const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
-    const int64_t rows = g.m1 - g.m0;
-    for (const int mp : {8, 16, 32, 64})
-      if (rows <= mp) return mp;
-    return 128;
+    return static_cast<int>(tune::hopper_tile_rows(g.m1 - g.m0));
   }
 };
 

@@ -40,7 +40,7 @@ const std::map<std::string, std::map<std::string, int64_t>> kSmall = {
 
 using testing::compare;
 using testing::host_fns;
-using testing::interpret_and_compare;
+using testing::interpret_seeds;
 
 struct Compiled {
   dsl::Module module;
@@ -67,14 +67,7 @@ void run_sample(const std::string& name) {
     PassOptions po;
     po.sms = 6;  // few CTAs: long per-CTA lists, so a bad order would deadlock
     const Plan plan = build_plan(s, po);
-    for (uint64_t seed : {1u, 2u, 3u}) {
-      InterpretOptions io;
-      io.launches = 2;
-      io.seed = seed;
-      io.fns = host_fns();
-      io.inputs = random_inputs(plan, seed);
-      interpret_and_compare(s, plan, io, fmt::format("{} R={} seed={}", name, R, seed));
-    }
+    interpret_seeds(s, plan, {1u, 2u, 3u}, 2, host_fns(), fmt::format("{} R={}", name, R));
     MESSAGE(fmt::format("{} R={}: {}", name, R, summary(plan)));
   }
 }
@@ -163,14 +156,7 @@ TEST_CASE("split-K: skinny GEMMs sum their K parts, alone and under an all-reduc
     CHECK(plan.buffers[tickets].shape == std::vector<int64_t>{2 * tiles});
     for (const auto& [tile, n] : parts_of) CHECK(n == k.parts);
     CHECK_MESSAGE(covered == k.M * k.N * k.K, what);  // every (m, n, k) once
-    for (uint64_t seed : {1u, 2u}) {
-      InterpretOptions io;
-      io.launches = 2;
-      io.seed = seed;
-      io.fns = host_fns();
-      io.inputs = random_inputs(plan, seed);
-      interpret_and_compare(checked[0], plan, io, fmt::format("{} seed={}", what, seed));
-    }
+    interpret_seeds(checked[0], plan, {1u, 2u}, 2, host_fns(), what);
   }
 }
 
@@ -202,14 +188,9 @@ schedule split_fn {
   for (const Task& t : plan.tasks)
     if (t.kind == TaskKind::kGemmTile) parts = args_as<abi::GemmTileArgs>(t).parts;
   CHECK(parts == 4);  // 3 tiles on 16 CTAs, K 4200: min(16 / 3, 4200 / 1024) parts
-  for (uint64_t seed : {1u, 2u}) {
-    InterpretOptions io;
-    io.launches = 3;
-    io.seed = seed;
-    io.fns = {{"soft", [](const std::vector<double>& a) { return std::log1p(std::exp(a[0])); }}};
-    io.inputs = random_inputs(plan, seed);
-    interpret_and_compare(checked[0], plan, io, fmt::format("split_fn seed={}", seed));
-  }
+  const HostFns soft = {
+      {"soft", [](const std::vector<double>& a) { return std::log1p(std::exp(a[0])); }}};
+  interpret_seeds(checked[0], plan, {1u, 2u}, 3, soft, "split_fn");
 }
 
 // `after op` on an operation of many tasks: one counter per (operation, rank) that all its tasks
@@ -246,13 +227,7 @@ schedule chain {
                         widest));
     CHECK(waits <= static_cast<size_t>(R + 2) * plan.tasks.size());
     if (R > 1) CHECK(widest > 1);
-    for (uint64_t seed : {1u, 2u}) {
-      InterpretOptions io;
-      io.launches = 2;
-      io.seed = seed;
-      io.inputs = random_inputs(plan, seed);
-      interpret_and_compare(checked[0], plan, io, fmt::format("chain R={} seed={}", R, seed));
-    }
+    interpret_seeds(checked[0], plan, {1u, 2u}, 2, {}, fmt::format("chain R={}", R));
   }
 }
 

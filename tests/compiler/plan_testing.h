@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -104,6 +105,22 @@ inline InterpretResult interpret_and_compare(const compiler::CheckedSchedule& s,
     }
   }
   return res;
+}
+
+// interpret_and_compare once per seed: `launches` launches of fresh random inputs (seeded by
+// the seed) and the interpreter's interleaving seeded by it too, each labelled "`label`
+// seed=N". The loop every sample and split test repeats.
+inline void interpret_seeds(const compiler::CheckedSchedule& s, const Plan& plan,
+                            std::initializer_list<uint64_t> seeds, int launches, const HostFns& fns,
+                            const std::string& label) {
+  for (const uint64_t seed : seeds) {
+    InterpretOptions io;
+    io.launches = launches;
+    io.seed = seed;
+    io.fns = fns;
+    io.inputs = random_inputs(plan, seed);
+    interpret_and_compare(s, plan, io, fmt::format("{} seed={}", label, seed));
+  }
 }
 
 }  // namespace mkc::plan::testing
