@@ -14,14 +14,15 @@
 // --sweep runs issue 36's GEMM cases (M in {1, 16, 128, 512, 4096, 16384} x (N, K) in {(1280,
 // 8192), (8192, 1024), (3584, 8192), (8192, 3584), (7168, 2048)}, then 8192^3, 3000 x 5000 x 4000
 // and 1000 x 3000 x 520). At the end: the minimum and the geometric mean of cuBLAS / mkc for auto
-// (and tuned).
+// (and tuned). --picks measures given tiles and splits of the schedule's GEMM `mm` too, each with
+// the cost model's time for it (the points its constants are fitted to).
 //
 // cuBLAS is loaded with dlopen (libcublas.so.13, from --cublas, LD_LIBRARY_PATH, the toolkit or
 // PyTorch's wheels): mkc never links it.
 //
 // Usage: gemm_bench [--schedule samples/gemm.mks] [--shapes 8192x8192x8192,... | --sweep]
 //                   [--tune N] [--iters 20] [--rounds 3] [--cublas PATH] [--no-check]
-//                   [--csv FILE] [--list]
+//                   [--picks BMxBN[/S],...] [--csv FILE] [--list]
 // --csv FILE: one row per shape (bench/csv.h; bench/plot.py draws it). --list: print the shapes
 // and exit (no GPU needed).
 #include <fmt/format.h>
@@ -99,6 +100,41 @@ std::vector<Shape> parse_shapes(const std::string& text) {
     pos = end + 1;
   }
   return out;
+}
+
+// --picks: "BMxBN[/S],..." (a tile of BM x BN x 64, split-K S, default 1), each measured beside
+// the compiler's own choice (the A/B points a cost-model fit needs).
+struct Pick {
+  int64_t bm = 0, bn = 0, split = 1;
+};
+std::vector<Pick> parse_picks(const std::string& text) {
+  std::vector<Pick> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(pos, end - pos);
+    Pick p;
+    char extra = 0;
+    const int got = std::sscanf(item.c_str(), "%ldx%ld/%ld%c", &p.bm, &p.bn, &p.split, &extra);
+    if (got < 2 || got > 3 || (p.bm != 64 && p.bm != 128) ||
+        (p.bn != 64 && p.bn != 128 && p.bn != 256) || p.split < 1 || p.split > 16)
+      throw UserError(fmt::format(
+          "--picks: `{}` is not BMxBN[/S] (BM 64 or 128, BN 64, 128 or 256, S 1 to 16)", item));
+    out.push_back(p);
+    pos = end + 1;
+  }
+  return out;
+}
+
+// The model's time the plan's decision records for its tile ("model: 12 us"), or -1.
+double model_us_of(const mkc::plan::Plan& p) {
+  for (const mkc::plan::Decision& d : p.decisions) {
+    if (d.choice.rfind("tile(", 0) != 0) continue;
+    const size_t at = d.reason.find("model: ");
+    if (at != std::string::npos) return std::atof(d.reason.c_str() + at + 7);
+  }
+  return -1;
 }
 
 int parse_int(const std::string& flag, const std::string& text, int lo) {
@@ -220,7 +256,7 @@ struct Summary {
 constexpr const char* kUsage =
     "usage: gemm_bench [--schedule samples/gemm.mks] [--shapes 8192x8192x8192,... | --sweep]\n"
     "                  [--tune N] [--iters 20] [--rounds 3] [--cublas PATH] [--no-check]\n"
-    "                  [--csv FILE] [--list]\n"
+    "                  [--picks BMxBN[/S],...] [--csv FILE] [--list]\n"
     "mkc's kernel for a GEMM schedule against cuBLAS, same process, GPU and random bf16 data:\n"
     "each shape checked (rel. L2 against cuBLAS, C poisoned first), then timed in alternating\n"
     "rounds; prints the medians and cuBLAS / mkc (above 1: mkc is faster).\n"
@@ -229,12 +265,16 @@ constexpr const char* kUsage =
     "  --tune N     also tune each shape here (the rule's choice and the cost model's best N\n"
     "               candidates measured, as `mkc tune` does; no database written) and time the\n"
     "               winner beside the compiler's own choice\n"
+    "  --picks L    also measure these tiles and splits of the GEMM `mm` for every shape\n"
+    "               (BMxBN[/S]: tile BM x BN x 64, split-K S; the plan's pick is printed), a\n"
+    "               line each with the cost model's time beside\n"
     "  --list       print the shapes and exit (no GPU needed)\n"
     "  --csv FILE   one row per shape\n";
 
 int run(int argc, char** argv) {
   std::string schedule = "samples/gemm.mks", cublas_hint, csv_path;
   std::vector<Shape> shapes = kDefaultShapes;
+  std::vector<Pick> picks;
   int iters = 20, rounds = 3, tune = 0;
   bool check = true, list = false, given_shapes = false, sweep = false;
   for (int i = 1; i < argc; ++i) {
@@ -267,6 +307,8 @@ int run(int argc, char** argv) {
       check = false;
     } else if (a == "--csv") {
       csv_path = value();
+    } else if (a == "--picks") {
+      picks = parse_picks(value());
     } else if (a == "--list") {
       list = true;
     } else {
@@ -323,6 +365,12 @@ int run(int argc, char** argv) {
       // The rule's choice won (no knobs): the tuned kernel is that one, built again so that both
       // are timed the same way.
       variants.push_back(build("tuned", file, opts, defines, &knobs, dev.arch()));
+    }
+    const size_t first_pick = variants.size();
+    for (const Pick& pk : picks) {
+      mkc::tune::Knobs knobs;
+      knobs["mm"] = mkc::plan::LowerOptions::Tuned{{pk.bm, pk.bn, 64}, pk.split};
+      variants.push_back(build("pick", file, opts, defines, &knobs, dev.arch()));
     }
     Variant& base = *variants[0];
     Current cur(d, base.job->context(0));
@@ -397,6 +445,13 @@ int run(int argc, char** argv) {
     fmt::print("{:>20} {:>9.1f} {:>9.1f} {:>6.3f} {:>9.1f} {:>9} {:>30}{}\n",
                fmt::format("{}x{}x{}", s.m, s.n, s.k), cus, us, cus / us, flop / us / 1e6,
                rel_text(base.rel), base.pick, tuned_cols);
+    for (size_t i = first_pick; i < variants.size(); ++i) {
+      const Variant& v = *variants[i];
+      const double vus = median(v.times);
+      fmt::print("{:>20} {:>9} {:>9.1f} {:>6.3f} {:>9.1f} {:>9} {:>30} model {:.0f} us\n", "pick",
+                 "", vus, cus / vus, flop / vus / 1e6, rel_text(v.rel), v.pick,
+                 model_us_of(v.compiled->plans[0]));
+    }
     std::fflush(stdout);
     const auto cell = [](double v) { return mkc::bench::num(v); };
     std::map<std::string, std::string> row = {

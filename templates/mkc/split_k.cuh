@@ -61,6 +61,37 @@ __device__ __forceinline__ bool split_last(unsigned long long* ticket, long long
   return *slot != 0u;
 }
 
+// Parts whose loads sum_parts issues together (4, 2, then 1 at a time, in part order). An A/B
+// switch for template experiments ($MKC_NVRTC_OPTIONS=-DMKC_SPLIT_SUM_GROUP=1: one part at a time,
+// the sum before 2026-12-06's twenty-seventh session).
+#ifndef MKC_SPLIT_SUM_GROUP
+#define MKC_SPLIT_SUM_GROUP 4
+#endif
+
+// One round of sum_parts: kBatch items' loads of G parts (from part q on) all issued, then added
+// in part order, so the sum is the same, bit for bit, however the parts are grouped.
+template <int G, int kBatch>
+__device__ __forceinline__ void sum_round(const float* P, long long stride, long long q,
+                                          const long long* at, float4* x) {
+  float4 v[G][kBatch];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const float* p = P + (q + g) * stride;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) v[g][u] = __ldcg(reinterpret_cast<const float4*>(p + at[u]));
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      x[u].x += v[g][u].x;
+      x[u].y += v[g][u].y;
+      x[u].z += v[g][u].z;
+      x[u].w += v[g][u].w;
+    }
+  }
+}
+
 // The last part's epilogue over a region of the tile: C[r0:r1, c0:c1] = fn(the sum of every
 // part's sums (P: part 0's [M, N], parts `stride` elements apart, row stride ldc) + bias), by
 // `threads` threads (t: this one's index), four columns at a time: reads of every part's rows
@@ -68,16 +99,17 @@ __device__ __forceinline__ bool split_last(unsigned long long* ticket, long long
 // this one's own too (it stored them before its ticket): the accumulators are dead by then, which
 // the 128 x 256 tile's registers need (holding them through the sum spilled 2 KB, ptxas). Not
 // inlined: beside the tile's main loop in one function, any batching of the loads spilled.
-template <typename TC, typename TBias, int kBatch = 6, typename Fn>
+template <typename TC, typename TBias, int kBatch = 4, typename Fn>
 __device__ __noinline__ void sum_parts(const float* P, long long stride, long long parts,
                                        long long ldc, TC* C, const TBias* bias, long long r0,
                                        long long r1, long long c0, long long c1, int t, int threads,
                                        Fn fn) {
   if (r1 <= r0 || c1 <= c0) return;
-  // kBatch items (four columns each) per thread at a time, all their loads of a part issued
-  // before any add: a load per item behind a branch of its own was waited for before the next
-  // was issued, and the last part's sum ran at about 2 GB/s per warpgroup (H100, 2026-12-06):
-  // split-K 2 of 4096 x 3584 x 8192 took twice the unsplit time.
+  // kBatch items (four columns each) per thread at a time, and the loads of up to
+  // MKC_SPLIT_SUM_GROUP parts issued before any add: the sum is bound by the loads' latency
+  // (L2 round trips), not bandwidth. A load per item behind a branch of its own was waited for
+  // before the next was issued (about 2 GB/s per warpgroup, H100, 2026-12-06); one part at a
+  // time with 6 items in flight made a split part's sum take parts x items / 6 round trips.
   const int cols = static_cast<int>(c1 - c0), quads = (cols + 3) / 4;
   const int items = static_cast<int>(r1 - r0) * quads;
   const bool vec = ldc % 4 == 0 && c0 % 4 == 0 && stride % 4 == 0 &&
@@ -100,20 +132,15 @@ __device__ __noinline__ void sum_parts(const float* P, long long stride, long lo
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) x[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (full) {
+      long long q = 0;
 #pragma unroll 1
-      for (long long q = 0; q < parts; ++q) {
-        const float* p = P + q * stride;
-        float4 v[kBatch];
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) v[u] = __ldcg(reinterpret_cast<const float4*>(p + at[u]));
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          x[u].x += v[u].x;
-          x[u].y += v[u].y;
-          x[u].z += v[u].z;
-          x[u].w += v[u].w;
-        }
+      for (; MKC_SPLIT_SUM_GROUP >= 4 && q + 4 <= parts; q += 4) sum_round<4, kBatch>(P, stride, q, at, x);
+      if (MKC_SPLIT_SUM_GROUP >= 2 && q + 2 <= parts) {
+        sum_round<2, kBatch>(P, stride, q, at, x);
+        q += 2;
       }
+#pragma unroll 1
+      for (; q < parts; ++q) sum_round<1, kBatch>(P, stride, q, at, x);
     } else {
 #pragma unroll 1
       for (long long q = 0; q < parts; ++q) {
