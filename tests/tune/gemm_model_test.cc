@@ -25,9 +25,10 @@ TEST_CASE("gemm model: candidates are the template's tiles, fastest first") {
   // The big square GEMM: the wide tile without a split.
   CHECK(c[0].text() == "tile(128, 256, 64)");
   // Not splittable (rows_from, or K < 2048): no split-K candidate.
-  // 16 rows: the swapped tile's 64 x 64 too.
+  // 16 rows: BM 128 runs BM 64's tile, so only 64 x {256, 128} and the swapped tile's 64 x 64.
   const auto plain = mkc::tune::gemm_candidates(GemmProblem{16, 8192, 7168, 132, false});
-  CHECK(plain.size() == 5);
+  CHECK(plain.size() == 3);
+  CHECK(std::all_of(plain.begin(), plain.end(), [](const auto& x) { return x.bm == 64; }));
   CHECK(std::count_if(plain.begin(), plain.end(), [](const auto& x) { return x.bn == 64; }) == 1);
   CHECK(std::none_of(plain.begin(), plain.end(), [](const auto& x) { return x.split_k > 1; }));
   // Each part keeps K >= 1024: K 2048 allows 2 parts only.
