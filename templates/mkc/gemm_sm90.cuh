@@ -604,8 +604,7 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
             store_tile_swap<float, float, S::kMP, WN>(acc, own, ldc, nullptr, mt, nt + col_off, m1,
                                                       n1, t, NoFn{});
           else
-            store_tile<float, float, WN>(acc, own, ldc, nullptr, mt + row_off, nt + col_off, m1, n1,
-                                         t, NoFn{});
+            store_partials<WN>(acc, own, ldc, mt + row_off, nt + col_off, m1, n1, t);
           if (split_last(sp.tickets + w, sp.parts, t, &sp.last[w], kBarGroup + w, 128)) {
             // This warpgroup's region: its 64 rows (a swapped tile's MP) and WN columns.
             const long long r0 = S::kSwap ? mt : mt + row_off, c0 = nt + col_off;
