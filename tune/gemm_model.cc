@@ -31,14 +31,18 @@ constexpr double kHbmBytesPerUs = 3.0e6;
 // epilogue, the task's bookkeeping).
 constexpr double kLaunchUs = 3.5;
 constexpr double kTileFixedUs = 1.0;
-// The split's fused reduction (templates/mkc/split_k.cuh): in every wave, the tiles' last parts
-// read all the parts' f32 sums back (parts x rows x BN x 4 bytes a tile) at one CTA's rate, on
-// the wave's critical path. Fitted to the first fused split on an H100 (2026-12-06, docs/
-// RESULTS.md): 4096 x 3584 x 8192 split 2, 4 and 8 took 700, 1,523 and 4,066 us against 343
-// unsplit; 512 x 1280 x 8192 at 128 x 128 split 2 took 56 us. Pessimistic once the sum's loads
-// were batched (measured after this fit, where measured: the log says).
-constexpr double kSplitFixedUs = 1.0;
-constexpr double kSumBytesPerUs = 7e3;
+// The split's fused reduction (templates/mkc/split_k.cuh), per wave: each part stores its f32
+// sums (rows x BN x 4 bytes) and takes a ticket, and the tile's last part reads every part's
+// sums back (parts x rows x BN x 4 bytes), both at about one CTA's rate, plus a fixed cost per
+// part (the ticket, the sum's setup, the part's own pipeline fill). Fitted on an H100
+// (2026-12-06, twenty-seventh session, docs/RESULTS.md) to 46 points of `gemm_bench --picks`
+// (128 x 1280 x 8192, 512 x 1280 x 8192, 512 x 8192 x 3584, 128 x 7168 x 2048, 4096 x 3584 x
+// 8192; tiles 64/128 x 128/256, splits 1-6): rms log error 0.17 (0.70 with the constants
+// before, fitted to the first, slower sum), and the model's pick among the measured points is
+// the fastest measured on all five shapes.
+constexpr double kSplitWaveUs = 5.0;
+constexpr double kPartialBytesPerUs = 70e3;
+constexpr double kSumBytesPerUs = 70e3;
 // Row blocks the lowering groups for L2 reuse (lower_compute.cc, lower_gemm).
 constexpr int64_t kGroupRows = 8;
 
@@ -100,10 +104,11 @@ double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t spl
   const double memory_us =
       (2.0 * static_cast<double>(p.M * p.K + p.K * p.N) + out_bytes) / kHbmBytesPerUs;
   double us = kLaunchUs + std::max(compute_us, memory_us);
-  if (parts > 1)
-    us += kSplitFixedUs + static_cast<double>(waves) *
-                              static_cast<double>(parts * std::min(p.M, bm) * bn) * 4.0 /
-                              kSumBytesPerUs;
+  if (parts > 1) {
+    const double tile_bytes = static_cast<double>(std::min(p.M, bm) * bn) * 4.0;
+    us += static_cast<double>(waves) * (kSplitWaveUs + tile_bytes / kPartialBytesPerUs +
+                                        static_cast<double>(parts) * tile_bytes / kSumBytesPerUs);
+  }
   return us;
 }
 
@@ -115,7 +120,7 @@ std::vector<GemmCandidate> gemm_candidates(const GemmProblem& p) {
       if (bn == 64 && mma_rows(p.M, bm) > 32) continue;
       // At most 64 rows, BM 128 runs BM 64's tile: one candidate.
       if (bm == 128 && p.M <= 64) continue;
-      for (const int64_t s : {1, 2, 4, 8}) {
+      for (const int64_t s : {1, 2, 3, 4, 6, 8}) {
         if (s > 1 && (!p.splittable || p.K / s < 1024)) continue;
         const int64_t parts = split_parts(p.K, s);
         if (s > 1 && parts == 1) continue;

@@ -49,9 +49,10 @@ int64_t split_parts(int64_t K, int64_t requested);
 // The model's time for one candidate, in µs.
 double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t split_k);
 
-// Every candidate the template can run (BM 64 / 128 x BN 128 / 256, k-step 64; with split-K 2, 4
-// and 8 where splittable and each part keeps K >= 1024), fastest first by the model; ties keep the
-// listing order (wider tiles first, then fewer parts).
+// Every candidate the template can run (BM 64 / 128 x BN 128 / 256, and 64 x 64 swapped at most
+// 32 rows; k-step 64; with split-K 2, 3, 4, 6 and 8 where splittable and each part keeps K >=
+// 1024), fastest first by the model; ties keep the listing order (wider tiles first, then fewer
+// parts).
 std::vector<GemmCandidate> gemm_candidates(const GemmProblem& p);
 
 }  // namespace mkc::tune
