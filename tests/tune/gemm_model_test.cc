@@ -58,13 +58,21 @@ TEST_CASE("gemm model: the sweep's measured orderings") {
     int64_t fast_bm, fast_bn, fast_split;  // measured faster ...
     int64_t slow_bm, slow_bn, slow_split;  // ... than this
   };
-  const Order orders[] = {{128, 7168, 2048, 64, 128, 1, 128, 256, 2},     // 18.0 us against 33.5
-                          {128, 8192, 3584, 64, 128, 1, 128, 256, 3},     // 29.2 against 49.8
-                          {1, 1280, 8192, 64, 128, 8, 64, 256, 8},        // 18.3 against 21.7
-                          {512, 8192, 3584, 128, 256, 1, 128, 128, 1},    // 47.6 against 64.7
-                          {4096, 3584, 8192, 128, 256, 1, 128, 128, 1},   // 351 against 439
-                          {8192, 8192, 8192, 128, 256, 1, 128, 256, 2},   // 1440 against 2070
-                          {16384, 8192, 1024, 128, 256, 1, 64, 256, 1}};  // 535 against 718
+  const Order orders[] = {{128, 7168, 2048, 64, 128, 1, 128, 256, 2},    // 18.0 us against 33.5
+                          {128, 8192, 3584, 64, 128, 1, 128, 256, 3},    // 29.2 against 49.8
+                          {1, 1280, 8192, 64, 128, 8, 64, 256, 8},       // 18.3 against 21.7
+                          {512, 8192, 3584, 128, 256, 1, 128, 128, 1},   // 47.6 against 64.7
+                          {4096, 3584, 8192, 128, 256, 1, 128, 128, 1},  // 351 against 439
+                          {8192, 8192, 8192, 128, 256, 1, 128, 256, 2},  // 1440 against 2070
+                          {16384, 8192, 1024, 128, 256, 1, 64, 256, 1},  // 535 against 718
+                          // The fused split with its stores and ticket trimmed (2026-12-06,
+                          // twenty-seventh session, `gemm_bench --picks`): a 3-way split of
+                          // 128 x 128 beats the unsplit 64-row tile, 6 ways beat none at 16
+                          // rows, and a split that adds a wave loses.
+                          {512, 1280, 8192, 128, 128, 3, 64, 128, 1},    // 37.2 against 53.8
+                          {512, 1280, 8192, 128, 128, 3, 128, 128, 4},   // 37.2 against 57.4
+                          {16, 1280, 8192, 64, 64, 6, 64, 64, 1},        // 17.7 against 38.4
+                          {512, 8192, 3584, 128, 256, 1, 128, 256, 2}};  // 50.3 against 84.5
   for (const Order& o : orders) {
     const GemmProblem p{o.M, o.N, o.K, 132, true};
     CHECK_MESSAGE(mkc::tune::predict_gemm_us(p, o.fast_bm, o.fast_bn, o.fast_split) <
