@@ -1,7 +1,7 @@
 // bench/gemm_bench's command line, where no GPU is needed: --list prints issue 36's sweep (33
-// shapes, each M x N x K once) or the given shapes; bad flags exit 1 naming the flag; without a
-// GPU a run exits 2 with an error line, never a crash. The measurements themselves run on a GPU
-// (docs/RESULTS.md).
+// shapes, each M x N x K once) or the given shapes; bad flags (and bad --picks items) exit 1
+// naming the flag; without a GPU a run exits 2 with an error line, never a crash. The
+// measurements themselves run on a GPU (docs/RESULTS.md).
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -40,7 +40,8 @@ TEST_CASE("gemm_bench --sweep --list: issue 36's GEMM cases") {
 
 TEST_CASE("gemm_bench: bad flags name themselves and exit 1") {
   for (const char* args : {"--shapes 7x9", "--tune -1", "--tune x", "--iters 0", "--bogus",
-                           "--sweep --shapes 8x8x8", "--csv"}) {
+                           "--sweep --shapes 8x8x8", "--csv", "--picks 128x96", "--picks 128x128/0",
+                           "--picks 32x128", "--picks 128x128/2x", "--picks 128x128,", "--picks"}) {
     const auto [rc, out] = run_command(fmt::format("bench/gemm_bench --list {}", args));
     CHECK_MESSAGE(rc == 1, args, ": ", out);
     CHECK_MESSAGE(out.find("gemm_bench: error: ") != std::string::npos, args, ": ", out);
@@ -48,6 +49,16 @@ TEST_CASE("gemm_bench: bad flags name themselves and exit 1") {
   const auto [hrc, hout] = run_command("bench/gemm_bench --help");
   CHECK(hrc == 0);
   CHECK(hout.find("--tune N") != std::string::npos);
+  CHECK(hout.find("--picks L") != std::string::npos);
+  // A bad pick names the item and what a pick is.
+  const auto [prc, pout] = run_command("bench/gemm_bench --list --picks 128x128/4,128x96/2");
+  CHECK(prc == 1);
+  CHECK_MESSAGE(pout.find("`128x96/2` is not BMxBN[/S]") != std::string::npos, pout);
+  // Good picks parse (the list then prints the shapes; nothing is measured).
+  const auto [grc, gout] =
+      run_command("bench/gemm_bench --shapes 8x8x8 --picks 128x128/4,64x256,64x64/16 --list");
+  CHECK_MESSAGE(grc == 0, gout);
+  CHECK(gout == "8x8x8\n");
 }
 
 TEST_CASE("gemm_bench without a GPU: an error line and exit 2, not a crash") {
