@@ -7,8 +7,9 @@
 // GEMM has no reduction phase of its own, and bias and epilogue functions apply to the whole sum.
 //
 // Ordering: every thread's partial stores, then a barrier of the threads that made them, then one
-// thread's fence and ticket (an atomic at the GPU's scope), then a fence and a barrier before the
-// elected threads read the parts' sums (through L2: __ldcg, never a stale L1 line). The next
+// thread's ticket (an acquire-release atomic at the GPU's scope: it releases this part's stores
+// and acquires the earlier parts'), then a barrier before the elected threads read the parts'
+// sums (through L2: __ldcg, never a stale L1 line). The next
 // launch's stores come after this launch's reads (launches on a rank are kernels in stream order).
 // A failed launch leaves the counters short, like the events' (sync.cuh): the job then reports
 // its error and is not launched again.
