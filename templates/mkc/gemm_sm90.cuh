@@ -176,17 +176,22 @@ __device__ __forceinline__ void store_tile(const float* acc, TC* C, long long ld
   }
   if constexpr (is_same<TC, float>::value) {
     if (aligned && row0 + 64 <= m1 && col0 + BN <= n1) {
-      // f32 C wholly inside (split-K's partial sums): 8-byte pairs from two row pointers.
+      // f32 C wholly inside (split-K's partial sums): each pair one 8-byte global store from two
+      // row pointers (a warp's store: 8 rows x 32 bytes, whole sectors), written out in PTX:
+      // through a C++ float2 store the compiler cut each pair into two 4-byte generic stores, 64
+      // a thread, about 6 µs of a 128 x 128 split part (ncu, H100, 2026-12-06). (A quad
+      // transpose to 16-byte stores, as the 16-bit path above does, made ptxas serialize the
+      // wgmma pipeline and spill the 128 x 256 split tile.)
       float* const p0 = C + r * ldc + c;
       float* const p1 = p0 + 8 * ldc;
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
         const float b0 = bias ? to_f32(bias[c + 8 * j]) : 0.0f;
         const float b1 = bias ? to_f32(bias[c + 8 * j + 1]) : 0.0f;
-        *reinterpret_cast<float2*>(p0 + 8 * j) =
-            make_float2(fn(acc[4 * j] + b0), fn(acc[4 * j + 1] + b1));
-        *reinterpret_cast<float2*>(p1 + 8 * j) =
-            make_float2(fn(acc[4 * j + 2] + b0), fn(acc[4 * j + 3] + b1));
+        asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p0 + 8 * j), "f"(fn(acc[4 * j] + b0)),
+                     "f"(fn(acc[4 * j + 1] + b1)));
+        asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p1 + 8 * j),
+                     "f"(fn(acc[4 * j + 2] + b0)), "f"(fn(acc[4 * j + 3] + b1)));
       }
       return;
     }
@@ -604,7 +609,8 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
             store_tile_swap<float, float, S::kMP, WN>(acc, own, ldc, nullptr, mt, nt + col_off, m1,
                                                       n1, t, NoFn{});
           else
-            store_partials<WN>(acc, own, ldc, mt + row_off, nt + col_off, m1, n1, t);
+            store_tile<float, float, WN>(acc, own, ldc, nullptr, mt + row_off, nt + col_off, m1, n1,
+                                         t, NoFn{});
           if (split_last(sp.tickets + w, sp.parts, t, &sp.last[w], kBarGroup + w, 128)) {
             // This warpgroup's region: its 64 rows (a swapped tile's MP) and WN columns.
             const long long r0 = S::kSwap ? mt : mt + row_off, c0 = nt + col_off;

@@ -46,46 +46,6 @@ __device__ __forceinline__ void split_barrier(int bar, int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(bar), "r"(threads) : "memory");
 }
 
-// A consumer warpgroup's 64 x BN f32 sums (wgmma's layout: thread t holds rows (t/32)*16 +
-// (t%32)/4 (+8) and the column pairs 8j + 2(t%4)) into its slice of the partials, P[row0.., col0..]
-// (row stride ldc), below row m1 and column n1. Wholly inside and 8-byte aligned, each pair is one
-// 8-byte global store (a warp's store: 8 rows x 32 bytes, whole sectors), written out in PTX:
-// through the C++ float2 store the compiler cut each pair into two 4-byte generic stores, 64 a
-// thread, and storing them took about 6 µs of a 128 x 128 part's time (ncu, H100, 2026-12-06).
-// (A quad transpose to 16-byte stores, as store_tile's 16-bit path does, made ptxas serialize the
-// wgmma pipeline and spill the 128 x 256 tile.)
-template <int BN>
-__device__ __forceinline__ void store_partials(const float* acc, float* P, long long ldc,
-                                               long long row0, long long col0, long long m1,
-                                               long long n1, int t) {
-  const int warp = t / 32, lane = t % 32;
-  const long long r = row0 + warp * 16 + lane / 4, c = col0 + 2 * (lane % 4);
-  if (ldc % 2 == 0 && col0 % 2 == 0 && (reinterpret_cast<unsigned long long>(P) & 7) == 0 &&
-      row0 + 64 <= m1 && col0 + BN <= n1) {
-    float* const p0 = P + r * ldc + c;
-    float* const p1 = p0 + 8 * ldc;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p0 + 8 * j), "f"(acc[4 * j]),
-                   "f"(acc[4 * j + 1]));
-      asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p1 + 8 * j), "f"(acc[4 * j + 2]),
-                   "f"(acc[4 * j + 3]));
-    }
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const long long col = c + 8 * j;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const long long row = r + 8 * h;
-      if (row >= m1) continue;
-      if (col < n1) P[row * ldc + col] = acc[4 * j + 2 * h];
-      if (col + 1 < n1) P[row * ldc + col + 1] = acc[4 * j + 2 * h + 1];
-    }
-  }
-}
-
 // After a barrier of the threads that stored this part's sums (split_barrier(bar, threads)),
 // thread t == 0 takes the ticket; returns on every thread whether this part completes the tile
 // (then its threads sum every part's). `slot`: a shared word the threads read the answer from.
