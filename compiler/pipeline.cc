@@ -56,6 +56,8 @@ std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile>
       }
       Stopwatch near;
       po.lower.ranks = plan::ranks_within(plan::neighbours(s), options.plan_rank, 2);
+      po.lower.private_ops = plan::private_ops(s);
+      po.lower.own_rank = options.plan_rank;
       c->phases.add("neighbours", near.lap());
       // The verifier proves cross-rank properties on the whole world's plan (`mkc verify`).
       po.verify = false;

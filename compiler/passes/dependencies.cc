@@ -615,8 +615,29 @@ class Deriver {
 
 }  // namespace
 
+// Renumbers each rank's counters: those signalled by a task of another rank first, then those
+// only its own tasks signal, each group in creation order (issue 35). A rank's counters that its
+// peers signal are then numbered by the consumers that wait for peers alone, so a plan that leaves
+// out a peer's private compute (LowerOptions::private_ops) still gives the peer the world's slots
+// for what the planned rank signals.
+void number_counters(Plan& plan) {
+  std::vector<char> foreign(plan.events.size(), 0);
+  for (const Task& t : plan.tasks) {
+    for (const Signal& s : t.signals) {
+      if (plan.events[s.event].rank != t.rank) foreign[s.event] = 1;
+    }
+  }
+  std::vector<int> next(plan.counters.size(), 0);
+  for (const char pass : {1, 0}) {
+    for (size_t e = 0; e < plan.events.size(); ++e) {
+      if (foreign[e] == pass) plan.events[e].slot = next[plan.events[e].rank]++;
+    }
+  }
+}
+
 void derive_dependencies(Plan& plan, const dsl::SourceFile* file) {
   Deriver(plan, file).run();
+  number_counters(plan);
 }
 
 }  // namespace mkc::plan

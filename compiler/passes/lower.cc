@@ -138,6 +138,21 @@ std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> Lowerer::chun
 
 void Lowerer::lower_op(int i) {
   current_op_ = i;
+  if (!lowered_.empty() && opts_.own_rank >= 0 &&
+      static_cast<size_t>(i) < opts_.private_ops.size() && opts_.private_ops[i] &&
+      lowered(opts_.own_rank)) {
+    // A private operation: the planned rank's tasks alone (LowerOptions::private_ops).
+    std::vector<char> all(static_cast<size_t>(R()), 0);
+    all[static_cast<size_t>(opts_.own_rank)] = 1;
+    std::swap(all, lowered_);
+    lower_kind(i);
+    std::swap(all, lowered_);
+    return;
+  }
+  lower_kind(i);
+}
+
+void Lowerer::lower_kind(int i) {
   if (opts_.footprint) {
     switch (s_.ops[i].kind) {
       case OpKind::kGemm:

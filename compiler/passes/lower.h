@@ -49,6 +49,13 @@ struct LowerOptions {
   // fence); buffers and decisions are the whole world's; Plan::lowered says whose tasks are
   // there. The budgets count the lowered ranks' tasks only.
   std::vector<int64_t> ranks;
+  // With `ranks`: operations (by index, 1 = private) lowered on `own_rank` alone, not on the other
+  // ranks of `ranks`. Those ranks are there for their edges with own_rank; a compute operation
+  // that touches only its rank's memory, in buffers no other rank's task touches
+  // (private_ops() in compiler/passes/neighbours.h), makes none, and the counters a peer signals
+  // are numbered without it (plan::Event::slot). Empty: every operation on every rank of `ranks`.
+  std::vector<char> private_ops;
+  int64_t own_rank = -1;
   // A footprint, not a plan (compiler/passes/neighbours.h): each compute operation one task per
   // rank touching what its uses name, communication in at most R chunks per operation. Whose
   // memory each rank's tasks touch is the plan's; nothing else is.

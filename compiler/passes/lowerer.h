@@ -64,6 +64,7 @@ class Lowerer {
                  bool symmetric);
   std::string name_of(const compiler::OpInstance& op) const;
   void lower_op(int i);
+  void lower_kind(int i);  // lower_op's dispatch on the operation's kind
 
   // lower_views.cc. A view is a tensor use's region on a rank: the buffer at the flat offset of
   // its index prefix, with the shape after indexing (a tail of the buffer's shape).

@@ -53,6 +53,56 @@ std::vector<std::vector<int64_t>> neighbours(const compiler::CheckedSchedule& s)
   return out;
 }
 
+std::vector<char> private_ops(const compiler::CheckedSchedule& s) {
+  LowerOptions o;
+  o.footprint = true;
+  o.max_a2a_tasks_per_rank = 1;
+  o.max_a2a_tasks_per_rank_across_nodes = 1;
+  const Plan p = lower(s, o);
+  // (rank, buffer) pairs some task of another rank touches; launch fences and ends touch nothing.
+  std::set<std::pair<int, int>> shared;
+  for (const Task& t : p.tasks) {
+    for (const std::vector<Box>* boxes : {&t.reads, &t.writes}) {
+      for (const Box& b : *boxes) {
+        if (b.rank != t.rank) shared.insert({b.rank, b.buffer});
+      }
+    }
+  }
+  std::vector<char> out(s.ops.size(), 0);
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    switch (s.ops[i].kind) {
+      case compiler::OpKind::kGemm:
+      case compiler::OpKind::kGroupedGemm:
+      case compiler::OpKind::kMap:
+      case compiler::OpKind::kCopy:
+      case compiler::OpKind::kReduce:
+      case compiler::OpKind::kAttention:
+        out[i] = 1;
+        break;
+      default:
+        break;
+    }
+  }
+  // A tensor argument (a grouped GEMM's counts) is read on the task's own rank; the footprint
+  // leaves it out, so it counts as shared when any rank's peers touch it.
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    for (const auto& arg : s.ops[i].tensor_args) {
+      for (int64_t r = 0; r < s.ranks; ++r) {
+        if (shared.count({static_cast<int>(r), arg.second})) out[i] = 0;
+      }
+    }
+  }
+  for (const Task& t : p.tasks) {
+    if (t.op < 0 || !out[t.op]) continue;
+    for (const std::vector<Box>* boxes : {&t.reads, &t.writes}) {
+      for (const Box& b : *boxes) {
+        if (b.rank != t.rank || shared.count({b.rank, b.buffer})) out[t.op] = 0;
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<int64_t> ranks_within(const std::vector<std::vector<int64_t>>& neighbours, int64_t rank,
                                   int steps) {
   std::set<int64_t> seen = {rank};

@@ -18,6 +18,12 @@ namespace mkc::plan {
 // or a task of y does x's; ascending.
 std::vector<std::vector<int64_t>> neighbours(const compiler::CheckedSchedule& s);
 
+// private_ops(s)[i]: whether operation i is a compute operation that, on every rank, reads and
+// writes only that rank's memory, in buffers no task of another rank touches there (the
+// footprint's). Its tasks wait and are waited for on their own rank only: a plan of rank r lowers
+// it on r alone (LowerOptions::private_ops).
+std::vector<char> private_ops(const compiler::CheckedSchedule& s);
+
 // The ranks within `steps` steps of `rank` in that relation (it included), ascending.
 std::vector<int64_t> ranks_within(const std::vector<std::vector<int64_t>>& neighbours, int64_t rank,
                                   int steps);

@@ -62,8 +62,10 @@ struct Box {
 
 // A counter on one rank. `slot` is its place in its rank's counter array, the number the kernel's
 // waits and signals carry: a rank's counters are numbered in the order that rank's consumers create
-// them, so a rank's numbering follows from its own consumers and their producers, not from the
-// world (docs/COMPILER.md, "Per-rank planning"), and each rank's array holds its own counters only.
+// them, those a peer signals first, then those only the rank's own tasks signal
+// (plan::derive_dependencies), so a rank's numbering follows from its own consumers and their
+// producers, not from the world, and the slots its peers signal not from its private compute
+// (docs/COMPILER.md, "Per-rank planning"); each rank's array holds its own counters only.
 struct Event {
   int rank = 0;
   std::string name;

@@ -205,27 +205,80 @@ TEST_CASE("a rank's dependencies from the ranks two steps away are the world's, 
         CHECK(ranks_within(near, r, 2) == o.ranks);
         if (name.rfind("ring_attention", 0) == 0)
           CHECK(o.ranks.size() == std::min<size_t>(5, w.ranks));
-        Plan mine = lower(s, o);
-        derive_dependencies(mine);
-        // Its counter array as the world's: what its heap holds (runtime/local_job_heap.cc).
-        CHECK(mine.counters_of(r) == whole.counters_of(r));
-        std::vector<const Task*> a, b;
-        for (const Task& t : whole.tasks) {
-          if (t.rank == r) a.push_back(&t);
-        }
-        for (const Task& t : mine.tasks) {
-          if (t.rank == r) b.push_back(&t);
-        }
-        REQUIRE(a.size() == b.size());
-        for (size_t i = 0; i < a.size(); ++i) {
-          const std::string world = edges_text(whole, *a[i]), alone = edges_text(mine, *b[i]);
-          CHECK_MESSAGE(world == alone,
-                        a[i]->label << "\n  world: " << world << "\n  alone: " << alone);
-          if (world != alone) break;
+        // Then without the other ranks' private compute (what `mkc compile --rank` lowers): the
+        // counters they number for r's signals come first in their arrays (Event::slot).
+        for (const bool alone_private : {false, true}) {
+          CAPTURE(alone_private);
+          if (alone_private) {
+            o.private_ops = private_ops(s);
+            o.own_rank = r;
+          }
+          Plan mine = lower(s, o);
+          for (const Task& t : mine.tasks) {
+            if (alone_private && t.op >= 0 && o.private_ops[t.op]) CHECK(t.rank == r);
+          }
+          derive_dependencies(mine);
+          // Its counter array as the world's: what its heap holds (runtime/local_job_heap.cc).
+          CHECK(mine.counters_of(r) == whole.counters_of(r));
+          std::vector<const Task*> a, b;
+          for (const Task& t : whole.tasks) {
+            if (t.rank == r) a.push_back(&t);
+          }
+          for (const Task& t : mine.tasks) {
+            if (t.rank == r) b.push_back(&t);
+          }
+          REQUIRE(a.size() == b.size());
+          for (size_t i = 0; i < a.size(); ++i) {
+            const std::string world = edges_text(whole, *a[i]), alone = edges_text(mine, *b[i]);
+            CHECK_MESSAGE(world == alone,
+                          a[i]->label << "\n  world: " << world << "\n  alone: " << alone);
+            if (world != alone) break;
+          }
         }
       }
     }
   }
+}
+
+// A peer's private compute (compute touching only its rank's memory, in buffers no other rank's
+// task touches) is lowered on the planned rank alone: MoE's SwiGLU `act` (2048 tiles a rank at
+// the defaults) and `fc2` are not lowered on the 63 peers of rank 0 at R 64, where `act` brought
+// the plan past its size limit (issue 35). What crosses ranks (fc1 and fc3, reading the rows the
+// all-to-all wrote) stays.
+TEST_CASE("a rank's plan leaves out its peers' private compute") {
+  const auto small =
+      sample("moe_ffn_combine", 8, mkc::testing::small_shapes().at("moe_ffn_combine"));
+  const compiler::CheckedSchedule& s8 = small->checked.at(0);
+  const std::vector<char> priv = private_ops(s8);
+  std::set<std::string> names;
+  for (size_t i = 0; i < s8.ops.size(); ++i) {
+    if (priv[i]) names.insert(s8.ops[i].name);
+  }
+  // fc2 reads its rank's counts, which the rank's own dispatch task fills from what its peers
+  // sent: its workers wait on their own rank only.
+  CHECK_MESSAGE(names == (std::set<std::string>{"act", "fc2"}),
+                fmt::format("{}", fmt::join(names, ", ")));
+  // Ring attention has none: every attention step reads the K and V blocks a peer sent.
+  const auto ring = sample("ring_attention", 4, mkc::testing::small_shapes().at("ring_attention"));
+  for (const char p : private_ops(ring->checked.at(0))) CHECK(p == 0);
+  const auto c = sample("moe_ffn_combine", 64, {}, 8);
+  const compiler::CheckedSchedule& s = c->checked.at(0);
+  LowerOptions o;
+  o.ranks = ranks_within(neighbours(s), 0, 2);
+  CHECK(o.ranks.size() == 64);
+  // Every rank's tasks: past the plan's limit of views and boxes.
+  CHECK_THROWS_AS(lower(s, o), UserError);
+  o.private_ops = private_ops(s);
+  o.own_rank = 0;
+  const Plan mine = lower(s, o);
+  int64_t act_mine = 0, act_peers = 0;
+  for (const Task& t : mine.tasks) {
+    if (t.op >= 0 && s.ops[t.op].name == "act") ++(t.rank == 0 ? act_mine : act_peers);
+  }
+  CHECK(act_mine > 0);
+  CHECK(act_peers == 0);
+  MESSAGE("moe_ffn_combine, rank 0 of 64 without its peers' private compute: " << mine.tasks.size()
+                                                                               << " tasks");
 }
 
 // The neighbour relation from the schedule (neighbours.h, a footprint lowering: one task per
