@@ -22,7 +22,7 @@
 //
 // Usage: gemm_bench [--schedule samples/gemm.mks] [--shapes 8192x8192x8192,... | --sweep]
 //                   [--tune N] [--iters 20] [--rounds 3] [--cublas PATH] [--no-check]
-//                   [--picks BMxBN[/S],...] [--csv FILE] [--list]
+//                   [--picks BMxBN[/S|c2],...] [--csv FILE] [--list]
 // --csv FILE: one row per shape (bench/csv.h; bench/plot.py draws it). --list: print the shapes
 // and exit (no GPU needed).
 #include <fmt/format.h>
@@ -102,10 +102,11 @@ std::vector<Shape> parse_shapes(const std::string& text) {
   return out;
 }
 
-// --picks: "BMxBN[/S],..." (a tile of BM x BN x 64, split-K S, default 1), each measured beside
-// the compiler's own choice (the A/B points a cost-model fit needs).
+// --picks: "BMxBN[/S|c2],..." (a tile of BM x BN x 64, split-K S, default 1, or in 2-CTA
+// clusters), each measured beside the compiler's own choice (the A/B points a cost-model fit
+// needs).
 struct Pick {
-  int64_t bm = 0, bn = 0, split = 1;
+  int64_t bm = 0, bn = 0, split = 1, cluster = 1;
 };
 std::vector<Pick> parse_picks(const std::string& text) {
   std::vector<Pick> out;
@@ -116,11 +117,25 @@ std::vector<Pick> parse_picks(const std::string& text) {
     const std::string item = text.substr(pos, end - pos);
     Pick p;
     char extra = 0;
-    const int got = std::sscanf(item.c_str(), "%ldx%ld/%ld%c", &p.bm, &p.bn, &p.split, &extra);
+    std::string body = item;
+    if (body.size() > 2 && body.compare(body.size() - 2, 2, "c2") == 0) {
+      p.cluster = 2;
+      body.resize(body.size() - 2);
+    }
+    // The whole item: BMxBN, then /S or nothing (a trailing character is an error).
+    int used = -1;
+    int got = std::sscanf(body.c_str(), "%ldx%ld%n", &p.bm, &p.bn, &used);
+    if (got == 2 && used >= 0 && static_cast<size_t>(used) < body.size()) {
+      got =
+          body[used] == '/' ? 2 + std::sscanf(body.c_str() + used, "/%ld%c", &p.split, &extra) : 0;
+    }
     if (got < 2 || got > 3 || (p.bm != 64 && p.bm != 128) ||
-        (p.bn != 64 && p.bn != 128 && p.bn != 256) || p.split < 1 || p.split > 16)
-      throw UserError(fmt::format(
-          "--picks: `{}` is not BMxBN[/S] (BM 64 or 128, BN 64, 128 or 256, S 1 to 16)", item));
+        (p.bn != 64 && p.bn != 128 && p.bn != 256) || p.split < 1 || p.split > 16 ||
+        (p.cluster > 1 && got > 2))
+      throw UserError(
+          fmt::format("--picks: `{}` is not BMxBN[/S|c2] (BM 64 or 128, BN 64, 128 or 256, S 1 "
+                      "to 16; c2: in 2-CTA clusters, unsplit)",
+                      item));
     out.push_back(p);
     pos = end + 1;
   }
@@ -172,6 +187,8 @@ std::string pick_of(const mkc::plan::Plan& p) {
   for (const mkc::plan::Decision& d : p.decisions) {
     if (d.choice.rfind("tile(", 0) != 0) continue;
     const size_t at = d.reason.find("split-K: ");
+    if (d.reason.find("2-CTA clusters sharing") != std::string::npos)
+      return d.choice + " cluster 2";
     if (at == std::string::npos) return d.choice;
     return fmt::format("{} split-K {}", d.choice, std::atoi(d.reason.c_str() + at + 9));
   }
@@ -256,7 +273,7 @@ struct Summary {
 constexpr const char* kUsage =
     "usage: gemm_bench [--schedule samples/gemm.mks] [--shapes 8192x8192x8192,... | --sweep]\n"
     "                  [--tune N] [--iters 20] [--rounds 3] [--cublas PATH] [--no-check]\n"
-    "                  [--picks BMxBN[/S],...] [--csv FILE] [--list]\n"
+    "                  [--picks BMxBN[/S|c2],...] [--csv FILE] [--list]\n"
     "mkc's kernel for a GEMM schedule against cuBLAS, same process, GPU and random bf16 data:\n"
     "each shape checked (rel. L2 against cuBLAS, C poisoned first), then timed in alternating\n"
     "rounds; prints the medians and cuBLAS / mkc (above 1: mkc is faster).\n"
@@ -266,7 +283,8 @@ constexpr const char* kUsage =
     "               candidates measured, as `mkc tune` does; no database written) and time the\n"
     "               winner beside the compiler's own choice\n"
     "  --picks L    also measure these tiles and splits of the GEMM `mm` for every shape\n"
-    "               (BMxBN[/S]: tile BM x BN x 64, split-K S; the plan's pick is printed), a\n"
+    "               (BMxBN[/S|c2]: tile BM x BN x 64, split-K S or 2-CTA clusters; the plan's\n"
+    "               pick is printed), a\n"
     "               line each with the cost model's time beside\n"
     "  --list       print the shapes and exit (no GPU needed)\n"
     "  --csv FILE   one row per shape\n";
@@ -360,7 +378,7 @@ int run(int argc, char** argv) {
       mkc::tune::Knobs knobs;
       if (found) {
         for (const auto& [op, k] : found->entry.ops)
-          knobs[op] = mkc::plan::LowerOptions::Tuned{k.tile, k.split_k};
+          knobs[op] = mkc::plan::LowerOptions::Tuned{k.tile, k.split_k, k.cluster};
       }
       // The rule's choice won (no knobs): the tuned kernel is that one, built again so that both
       // are timed the same way.
@@ -369,7 +387,7 @@ int run(int argc, char** argv) {
     const size_t first_pick = variants.size();
     for (const Pick& pk : picks) {
       mkc::tune::Knobs knobs;
-      knobs["mm"] = mkc::plan::LowerOptions::Tuned{{pk.bm, pk.bn, 64}, pk.split};
+      knobs["mm"] = mkc::plan::LowerOptions::Tuned{{pk.bm, pk.bn, 64}, pk.split, pk.cluster};
       variants.push_back(build("pick", file, opts, defines, &knobs, dev.arch()));
     }
     Variant& base = *variants[0];

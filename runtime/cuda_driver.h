@@ -48,6 +48,7 @@ namespace mkc::rt {
   X(cuMemsetD8, 3020)                                  \
   X(cuMemsetD8Async, 3020)                             \
   X(cuLaunchKernel, 4000)                              \
+  X(cuLaunchKernelEx, 11060)                           \
   X(cuCtxEnablePeerAccess, 4000)                       \
   X(cuDeviceCanAccessPeer, 4000)                       \
   X(cuStreamCreate, 2000)                              \
@@ -59,6 +60,7 @@ namespace mkc::rt {
   X(cuMemHostRegister, 6050)                           \
   X(cuMemHostUnregister, 4000)                         \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050) \
+  X(cuOccupancyMaxActiveClusters, 11070)               \
   X(cuEventCreate, 2000)                               \
   X(cuEventRecord, 2000)                               \
   X(cuEventElapsedTime, 2000)                          \

@@ -76,6 +76,11 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
   }
   // Before Hopper the GEMM tile is the mma.sync one, with its own (smaller) staging.
   if (device_info(0).cc_major < 9) smem_ = kernel.portable_smem;
+  // Paired GEMM tiles run in 2-CTA clusters on Hopper; before it the kernel has none to pair.
+  cluster_ = device_info(0).cc_major >= 9 ? std::max(1, kernel.cluster) : 1;
+  if (ctas_ % cluster_ != 0)
+    throw InternalError(
+        fmt::format("kernel `{}`: {} CTAs are not whole clusters of {}", kernel_, ctas_, cluster_));
   if (kernel.rank >= 0 && local_ != std::vector<int>{static_cast<int>(kernel.rank)}) {
     throw UserError(fmt::format(
         "kernel `{}` holds the tables of rank {} of {} alone (built with a rank: `mkc compile "
@@ -146,6 +151,33 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
     MKC_CU(d, cuOccupancyMaxActiveBlocksPerMultiprocessor, &per_sm, rk.fn, threads, smem_);
     MKC_CU(d, cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, rk.dev);
     const int k = sharing[static_cast<int>(rk.dev)];
+    if (cluster_ > 1) {
+      // In clusters, what counts is how many clusters fit at once (an SM a cluster cannot pair
+      // with stays idle): the runtime's own count for this kernel and its launch.
+      CUlaunchAttribute attr{};
+      attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attr.value.clusterDim.x = static_cast<unsigned>(cluster_);
+      attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
+      CUlaunchConfig cfg{};
+      cfg.gridDimX = static_cast<unsigned>(ctas);
+      cfg.gridDimY = cfg.gridDimZ = 1;
+      cfg.blockDimX = static_cast<unsigned>(threads);
+      cfg.blockDimY = cfg.blockDimZ = 1;
+      cfg.sharedMemBytes = static_cast<unsigned>(smem_);
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int clusters = 0;
+      MKC_CU(d, cuOccupancyMaxActiveClusters, &clusters, rk.fn, &cfg);
+      if (static_cast<int64_t>(clusters) * cluster_ < static_cast<int64_t>(ctas) * k) {
+        throw UserError(fmt::format(
+            "the kernel's {} CTAs in clusters of {} cannot all be resident on GPU {}{} ({} "
+            "clusters at once); compile with --sms {}, or without clustered GEMM tiles (a tuned "
+            "entry's \"cluster\": 1)",
+            ctas, cluster_, static_cast<int>(rk.dev),
+            k > 1 ? fmt::format(" {} times over (it runs {} ranks)", k, k) : std::string(),
+            clusters, clusters * cluster_ / k / cluster_ * cluster_));
+      }
+    }
     if (static_cast<int64_t>(per_sm) * sms < static_cast<int64_t>(ctas) * k) {
       throw UserError(fmt::format(
           "the kernel's {} CTAs cannot all be resident on GPU {}{} ({} per SM x {} SMs); compile "

@@ -151,6 +151,7 @@ class LocalJob {
   size_t kernel_tasks_ = 0;
   int counters_ = 0;  // each rank's counter array: the most counters any rank of the job has
   int ctas_, threads_, smem_;
+  int cluster_ = 1;  // CTAs per cluster (codegen::Generated::cluster; 1 before Hopper)
   LocalJobOptions opts_;
   uint64_t epoch_ = 0;
   std::vector<size_t> offsets_;  // each buffer's offset in the heap

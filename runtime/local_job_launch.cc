@@ -32,6 +32,24 @@ void LocalJob::enqueue(int r, CUstream stream) {
   proxy_args(r, &args);
   if (rk.trace) MKC_CU(d, cuMemsetD8Async, rk.trace, 0, kernel_tasks_ * 16, stream);
   void* params[] = {&args};
+  if (cluster_ > 1) {
+    // Paired GEMM tiles (templates/mkc/gemm_sm90.cuh): CTAs 2c and 2c + 1 form a cluster.
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = static_cast<unsigned>(cluster_);
+    attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = static_cast<unsigned>(ctas_);
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = static_cast<unsigned>(threads_);
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = static_cast<unsigned>(smem_);
+    cfg.hStream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    MKC_CU(d, cuLaunchKernelEx, &cfg, rk.fn, params, nullptr);
+    return;
+  }
   MKC_CU(d, cuLaunchKernel, rk.fn, static_cast<unsigned>(ctas_), 1, 1,
          static_cast<unsigned>(threads_), 1, 1, static_cast<unsigned>(smem_), stream, params,
          nullptr);

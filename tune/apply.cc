@@ -23,8 +23,9 @@ std::string tile_text(const std::vector<int64_t>& t) {
 }
 
 std::string knobs_text(const plan::LowerOptions::Tuned& k) {
-  return k.split_k > 1 ? fmt::format("{} split-K {}", tile_text(k.tile), k.split_k)
-                       : tile_text(k.tile);
+  if (k.split_k > 1) return fmt::format("{} split-K {}", tile_text(k.tile), k.split_k);
+  if (k.cluster > 1) return fmt::format("{} cluster {}", tile_text(k.tile), k.cluster);
+  return tile_text(k.tile);
 }
 
 }  // namespace
@@ -71,7 +72,7 @@ compiler::TunedFor tuned_from_db(const std::string& path,
     if (!e) return out;
     std::string applied;
     for (const auto& [op, k] : e->ops) {
-      out[op] = plan::LowerOptions::Tuned{k.tile, k.split_k};
+      out[op] = plan::LowerOptions::Tuned{k.tile, k.split_k, k.cluster};
       applied += fmt::format("{}{} {}", applied.empty() ? "" : ", ", op, knobs_text(out[op]));
     }
     fmt::print(err, "mkc: note: tuned knobs from `{}` ({}): {}\n", path, e->tuned_at, applied);
@@ -124,7 +125,7 @@ Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure,
       }
       const GemmCandidate& c = cands[i];
       Knobs trial = best_knobs;
-      trial[g.op] = plan::LowerOptions::Tuned{{c.bm, c.bn, c.bk}, c.split_k};
+      trial[g.op] = plan::LowerOptions::Tuned{{c.bm, c.bn, c.bk}, c.split_k, c.cluster};
       const double us = measure(trial);
       const bool better = us < best;
       fmt::print(progress, "  {} {} [{}/{}]: {:.2f} us (model {:.0f} us){}\n", g.op, c.text(),
@@ -141,7 +142,8 @@ Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure,
       break;
     }
   }
-  for (const auto& [op, k] : best_knobs) entry.ops[op] = OpKnobs{k.tile, k.split_k, best};
+  for (const auto& [op, k] : best_knobs)
+    entry.ops[op] = OpKnobs{k.tile, k.split_k, best, k.cluster};
   entry.us = best;
   return entry;
 }

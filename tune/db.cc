@@ -44,7 +44,10 @@ json key_json(const Key& k) {
 json entry_json(const Key& k, const Entry& e) {
   json ops = json::object();
   for (const auto& [name, o] : e.ops)
-    ops[name] = json{{"tile", o.tile}, {"split_k", o.split_k}, {"us", o.us}};
+    ops[name] =
+        o.cluster > 1
+            ? json{{"tile", o.tile}, {"split_k", o.split_k}, {"cluster", o.cluster}, {"us", o.us}}
+            : json{{"tile", o.tile}, {"split_k", o.split_k}, {"us", o.us}};
   return json{{"key", key_json(k)}, {"ops", ops}, {"us", e.us}, {"tuned_at", e.tuned_at}};
 }
 
@@ -112,6 +115,11 @@ Entry parse_entry(const json& j, const std::string& where) {
     k.split_k = int_field(o, "split_k", at);
     if (k.split_k < 1 || k.split_k > 64)
       throw UserError(fmt::format("{}: `split_k` {} is not in [1, 64]", at, k.split_k));
+    if (o.contains("cluster")) {
+      k.cluster = int_field(o, "cluster", at);
+      if (k.cluster != 1 && k.cluster != 2)
+        throw UserError(fmt::format("{}: `cluster` {} is not 1 or 2", at, k.cluster));
+    }
     k.us = number_field(o, "us", at);
     e.ops[name] = std::move(k);
   }

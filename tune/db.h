@@ -6,6 +6,7 @@
 // The file is readable JSON a user can ship with an application:
 //   {"format": "mkc-tune-db", "version": 1, "entries": {"<key text>": {"key": {...},
 //    "ops": {"<op>": {"tile": [bm, bn, bk], "split_k": S, "us": t}}, "us": t, "tuned_at": "..."}}}
+// (an op in 2-CTA clusters also has "cluster": 2).
 // Writers hold an exclusive lock on FILE.lock, re-read the file, add their entry and replace the
 // file by rename, so concurrent tuners lose nothing and a reader never sees half a file. A file
 // that is not JSON, or not this format, is refused by writers (an error naming it, the file left
@@ -42,6 +43,7 @@ struct OpKnobs {
   std::vector<int64_t> tile;  // the tile(...) it runs with
   int64_t split_k = 1;        // K split into this many parts (1: none)
   double us = 0;              // the kernel's time per launch with these knobs, when measured
+  int64_t cluster = 1;        // CTAs per cluster (2: pairs sharing B); absent in the file: 1
 };
 
 struct Entry {

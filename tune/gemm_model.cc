@@ -46,6 +46,17 @@ constexpr double kTileFixedUs = 1.0;
 constexpr double kSplitWaveUs = 5.0;
 constexpr double kPartialBytesPerUs = 70e3;
 constexpr double kSumBytesPerUs = 70e3;
+// B's rows not a multiple of 128 bytes apart (N 5000 of bf16): each of a CTA's B loads costs
+// about 2.6 times its bytes. Fitted on an H100 (2026-12-06, twenty-eighth session,
+// docs/RESULTS.md) to 128 x 256 tiles at 3000 x 5000 x 4000, 4096 x 5000 x 4096 and 2048 x 5000
+// x 8192 (280, 357, 381 us unpaired; predicted 279, 355, 422), where the same tiles in 2-CTA
+// clusters, each CTA loading half of B, ran 213, 269 and 297 us (predicted 206, 260, 307). Rows
+// of A that far apart measured no such cost (3000 x 8192 x 4000: 293 us, predicted 299).
+constexpr double kUnalignedRowCost = 2.6;
+// A pair's fixed cost per tile (the partner's slot releases, the cluster barrier at the end of a
+// CTA's pairs): on rows 128-byte aligned, where B's loads are not what binds, pairs measured 1-10%
+// slower than the same tiles unpaired.
+constexpr double kPairTileUs = 1.0;
 // Row blocks the lowering groups for L2 reuse (lower_compute.cc, lower_gemm).
 constexpr int64_t kGroupRows = 8;
 
@@ -68,8 +79,9 @@ int64_t hopper_tile_rows(int64_t rows) {
 }
 
 std::string GemmCandidate::text() const {
-  return split_k > 1 ? fmt::format("tile({}, {}, {}) split-K {}", bm, bn, bk, split_k)
-                     : fmt::format("tile({}, {}, {})", bm, bn, bk);
+  if (split_k > 1) return fmt::format("tile({}, {}, {}) split-K {}", bm, bn, bk, split_k);
+  if (cluster > 1) return fmt::format("tile({}, {}, {}) cluster {}", bm, bn, bk, cluster);
+  return fmt::format("tile({}, {}, {})", bm, bn, bk);
 }
 
 int64_t split_parts(int64_t K, int64_t requested) {
@@ -78,7 +90,8 @@ int64_t split_parts(int64_t K, int64_t requested) {
   return cdiv(K, part_k);
 }
 
-double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t split_k) {
+double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t split_k,
+                       int64_t cluster) {
   const int64_t parts = split_parts(p.K, split_k);
   const int64_t part_k = cdiv(cdiv(p.K, parts), 64) * 64;
   const int64_t mb = cdiv(p.M, bm), nb = cdiv(p.N, bn);
@@ -88,19 +101,26 @@ double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t spl
   // One task's operands, and how many tasks of a wave read the same ones: a B strip is read by
   // the row blocks of its group, an A strip by the column blocks running beside it.
   const double a_bytes = 2.0 * static_cast<double>(bm * part_k);
-  const double b_bytes = 2.0 * static_cast<double>(bn * part_k);
+  // A pair's CTAs each load half of the B they share (TMA multicast brings the other half); rows
+  // that are not 128-byte multiples apart cost more than their bytes.
+  const double b_cost = (p.N * 2) % 128 == 0 ? 1.0 : kUnalignedRowCost;
+  const double b_bytes =
+      2.0 * static_cast<double>(bn * part_k) * b_cost / static_cast<double>(cluster);
   const int64_t running = std::min(tasks, ctas);
   const int64_t rows_together = std::min(mb, kGroupRows);
   const double a_readers = static_cast<double>(
       std::min(nb, std::max<int64_t>(1, running / std::max<int64_t>(1, rows_together))));
-  const double b_readers = static_cast<double>(std::min(rows_together, running));
+  // A pair reads its B strip from L2 once for its two CTAs: one reader of the group's.
+  const double b_readers = std::max(
+      1.0, static_cast<double>(std::min(rows_together, running)) / static_cast<double>(cluster));
   const double own = a_bytes / a_readers + b_bytes / b_readers;
   const double load_us = own / kStreamBytesPerUs + (a_bytes + b_bytes - own) / kL2BytesPerUs;
   // Ragged tiles cost a whole tile: the tensor cores run on the zero fill.
   const double mma_us = 2.0 * static_cast<double>(mma_rows(p.M, bm) * bn) *
                         static_cast<double>(part_k) /
                         (kSmFlopsPerUs * efficiency(mma_rows(p.M, bm) > 64 ? 128 : 64, bn));
-  const double compute_us = static_cast<double>(waves) * (std::max(mma_us, load_us) + kTileFixedUs);
+  const double compute_us = static_cast<double>(waves) * (std::max(mma_us, load_us) + kTileFixedUs +
+                                                          (cluster > 1 ? kPairTileUs : 0.0));
   // Every operand once from HBM; when split, the parts' f32 sums written and all but one read.
   const double out_bytes =
       static_cast<double>(p.M * p.N) * (parts > 1 ? 8.0 * static_cast<double>(parts) - 2.0 : 2.0);
@@ -134,9 +154,19 @@ std::vector<GemmCandidate> gemm_candidates(const GemmProblem& p) {
         c.predicted_us = predict_gemm_us(p, bm, bn, parts);
         // Two requests that give the same parts are one candidate.
         const bool seen = std::any_of(out.begin(), out.end(), [&](const GemmCandidate& o) {
-          return o.bm == bm && o.bn == bn && o.split_k == parts;
+          return o.bm == bm && o.bn == bn && o.split_k == parts && o.cluster == 1;
         });
-        if (!seen) out.push_back(c);
+        if (seen) continue;
+        out.push_back(c);
+        // In 2-CTA clusters: 128 x 256 only (128 x 128 pairs measured 1.5-2.5x slower than
+        // unpaired on an H100, 2026-12-06), unsplit, the row blocks in pairs.
+        if (p.pairs && bm == 128 && bn == 256 && parts == 1 && p.M > 64 &&
+            cdiv(p.M, 128) % 2 == 0 && p.ctas % 2 == 0) {
+          GemmCandidate q = c;
+          q.cluster = 2;
+          q.predicted_us = predict_gemm_us(p, bm, bn, 1, 2);
+          out.push_back(q);
+        }
       }
     }
   }

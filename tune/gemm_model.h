@@ -19,13 +19,16 @@ struct GemmProblem {
   int64_t M = 0, N = 0, K = 0;
   int64_t ctas = 132;       // compute CTAs of the kernel
   bool splittable = false;  // split-K allowed (K >= 2048, plain row order)
+  bool pairs = false;       // 2-CTA clusters allowed (plain row order, an even CTA count)
 };
 
 struct GemmCandidate {
   int64_t bm = 128, bn = 128, bk = 64;
   int64_t split_k = 1;
+  int64_t cluster = 1;  // 2: in 2-CTA clusters sharing B (templates/mkc/gemm_sm90.cuh)
   double predicted_us = 0;
-  std::string text() const;  // "tile(128, 256, 64)" or "tile(128, 256, 64) split-K 4"
+  // "tile(128, 256, 64)", "tile(128, 256, 64) split-K 4" or "tile(128, 256, 64) cluster 2"
+  std::string text() const;
 };
 
 // Whether a GEMM may be split over K (the lowering and `mkc tune` ask the same): each part keeps
@@ -46,13 +49,15 @@ int64_t hopper_tile_rows(int64_t rows);
 // cuts it), so 3 parts of K 4096 are 3 and 7 parts of K 256 are 4.
 int64_t split_parts(int64_t K, int64_t requested);
 
-// The model's time for one candidate, in µs.
-double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t split_k);
+// The model's time for one candidate, in µs (cluster 2: B's loads shared by a pair of CTAs).
+double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t split_k,
+                       int64_t cluster = 1);
 
 // Every candidate the template can run (BM 64 / 128 x BN 128 / 256, and 64 x 64 swapped at most
 // 32 rows; k-step 64; with split-K 2, 3, 4, 6 and 8 where splittable and each part keeps K >=
-// 1024), fastest first by the model; ties keep the listing order (wider tiles first, then fewer
-// parts).
+// 1024; 128 x 256 in 2-CTA clusters where pairs are allowed and the row blocks pair up), fastest
+// first by the model; ties keep the listing order (wider tiles first, then fewer parts, then
+// unpaired).
 std::vector<GemmCandidate> gemm_candidates(const GemmProblem& p);
 
 }  // namespace mkc::tune

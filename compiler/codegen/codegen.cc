@@ -65,6 +65,7 @@ class Generator final : public kinds::Source {
       if (l.threads) g.threads = l.threads;
       g.dynamic_smem = std::max(g.dynamic_smem, l.dynamic_smem);
       if (l.portable_smem) g.portable_smem = l.portable_smem;
+      g.cluster = std::max(g.cluster, l.cluster);
     }
     for (const Task* t : class_tasks_) g.paths.push_back(kinds::kind_of(*t).path(*this, *t));
 

@@ -74,6 +74,9 @@ struct Generated {
   int ctas = 0;              // grid size
   int dynamic_smem = 0;      // bytes of dynamic shared memory per CTA (Hopper, sm_90a)
   int portable_smem = 0;     // the same on GPUs before Hopper (the mma.sync tile's stages)
+  // CTAs per cluster on Hopper (1, or 2 for paired GEMM tiles: the grid is launched in clusters
+  // of 2 with cuLaunchKernelEx; before Hopper the kernel runs the portable tiles, unclustered).
+  int cluster = 1;
   std::vector<TensorMapSpec> tensor_maps;
   // Per task class, the device code it runs ("gemm_tile: sm_90a wgmma + TMA 128x256 ..."), for the
   // compile summary.

@@ -88,6 +88,16 @@ class GemmTile final : public Kind {
     }
   }
 
+  int pair_half(const Task& t) const override {
+    const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    return g.cluster ? static_cast<int>((g.m0 / 128) % 2) : -1;
+  }
+  void unpair(Task& t) const override {
+    abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    g.cluster = 0;
+    t.args = plan::args_words(g);
+  }
+
   double interpreter_work(const Task& t, double) const override {
     const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
     return static_cast<double>(g.m1 - g.m0) * static_cast<double>(g.n1 - g.n0) *
@@ -97,14 +107,16 @@ class GemmTile final : public Kind {
   std::string key_variant(const Source& s, const Task& t) const override {
     const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
     std::string key = fmt::format(":fn{}:bias{}{}", g.fn, g.has_bias, g.parts > 1 ? ":split" : "");
-    if (const int bn = tma_n(s, t)) key += fmt::format(":tma{}x{}", tma_m(t), bn);
+    if (const int bn = tma_n(s, t))
+      key += fmt::format(":tma{}x{}{}", tma_m(t), bn, g.cluster ? ":pair" : "");
     return key;
   }
 
   std::string path(const Source& s, const Task& t) const override {
     if (const int bn = tma_n(s, t))
-      return fmt::format("{}: sm_90a wgmma + TMA {}x{} (mma.sync or SIMT without sm_90a)", name(),
-                         tma_m(t), bn);
+      return fmt::format(
+          "{}: sm_90a wgmma + TMA {}x{}{} (mma.sync or SIMT without sm_90a)", name(), tma_m(t), bn,
+          plan::args_as<abi::GemmTileArgs>(t).cluster ? " in 2-CTA clusters, B multicast" : "");
     return std::string(name()) + ": SIMT (operands not 16-bit or not 16-byte aligned)";
   }
 
@@ -113,6 +125,7 @@ class GemmTile final : public Kind {
     if (const int bn = tma_n(s, t)) {
       l.threads = 384;
       l.dynamic_smem = gemm_ring_bytes(tma_m(t), bn);
+      if (plan::args_as<abi::GemmTileArgs>(t).cluster) l.cluster = 2;
       // templates/mkc/gemm_sm80.cuh: two stages of A 128 x 40 and B 32 x 136 elements.
       l.portable_smem = 2 * (128 * 40 + 32 * 136) * 2 + 128;
     }
@@ -127,7 +140,11 @@ class GemmTile final : public Kind {
           "  mkc::sm90::gemm_tile_tma<{}, {}, {}, {}, {}{}>(a, v, args, kBuffers, mkc_smem, "
           "next_args, next_v, {}{{}});",
           s.type_of(t, 0), s.type_of(t, 2), g.has_bias ? s.type_of(t, 3) : s.type_of(t, 2),
-          tma_m(t), bn, g.parts > 1 ? ", true" : "", s.fn_type(g.fn)));
+          tma_m(t), bn,
+          g.parts > 1 ? ", true"
+          : g.cluster ? ", false, true"
+                      : "",
+          s.fn_type(g.fn)));
     } else {
       s.line(fmt::format("  mkc::{}<{}, {}, {}, {}>(a, v, args, kBuffers, {}{{}});",
                          g.parts > 1 ? "gemm_tile_split" : "gemm_tile", s.type_of(t, 0),
@@ -157,12 +174,14 @@ class GemmTile final : public Kind {
     if (a.shape.size() != 2 || b.shape.size() != 2) return 0;
     if (!tma_rows_ok(a) || !tma_rows_ok(b)) return 0;
     const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
-    if (g.m1 - g.m0 <= 32 && g.n1 - g.n0 <= 64) return 64;
+    if (g.m1 - g.m0 <= 32 && g.n1 - g.n0 <= 64 && !g.cluster) return 64;
     return g.n1 - g.n0 > 128 ? 256 : 128;
   }
-  // Its rows: tune::hopper_tile_rows of the task's (swapped up to 32, 64, else 128).
+  // Its rows: tune::hopper_tile_rows of the task's (swapped up to 32, 64, else 128); a pair's
+  // half runs the pair's 128 rows, however few its own are (the last row block).
   static int tma_m(const Task& t) {
     const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    if (g.cluster) return 128;
     return static_cast<int>(tune::hopper_tile_rows(g.m1 - g.m0));
   }
 };

@@ -73,6 +73,7 @@ struct Launch {
   int threads = 0;
   int dynamic_smem = 0;
   int portable_smem = 0;
+  int cluster = 1;  // CTAs per cluster the kernel needs on Hopper (2: paired GEMM tiles)
 };
 
 class Kind {
@@ -102,6 +103,12 @@ class Kind {
   // The load a compute task puts on its CTA, for kinds whose tasks differ in cost (the scheduler
   // gives each to the least loaded compute CTA); nullopt: tasks cost alike (round robin).
   virtual std::optional<int64_t> compute_load(const Task&) const { return std::nullopt; }
+  // A task that runs as one half of a 2-CTA cluster pair: 0 or 1 (half 0's task index + 1 is
+  // half 1's), else -1. The scheduler puts the halves at the same place of CTAs 2c and 2c + 1
+  // (plan/schedule.cc, the pair rule), or, where it cannot, makes them tiles of their own
+  // (unpair).
+  virtual int pair_half(const Task&) const { return -1; }
+  virtual void unpair(Task&) const {}
   // The interpreter's element operations for one run of t, given the elements its boxes touch.
   virtual double interpreter_work(const Task&, double touched) const { return touched; }
 

@@ -40,6 +40,7 @@ struct LowerOptions {
   struct Tuned {
     std::vector<int64_t> tile;
     int64_t split_k = 1;
+    int64_t cluster = 1;  // 2: the tiles run in 2-CTA clusters sharing B (lower_compute.cc)
   };
   std::shared_ptr<const std::map<std::string, Tuned>> tuned;
   // Lower only these ranks' tasks (ascending; empty: every rank's), each exactly as the whole

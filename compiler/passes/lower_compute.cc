@@ -48,10 +48,12 @@ void Lowerer::lower_gemm(int i) {
   int64_t bm = 128, bn = 128, bk = 64;
   std::string why;
   const LowerOptions::Tuned* tuned = nullptr;
-  int64_t model_parts = 0;  // the model's split, when it picked the tile
+  int64_t model_parts = 0;    // the model's split, when it picked the tile
+  int64_t model_cluster = 1;  // and its clusters
   // The cost model's candidates, fastest first (tune/gemm_model.h): its pick, and the runner-up
   // the decision names.
-  const tune::GemmProblem problem{M, N, K, ctas, splittable};
+  const tune::GemmProblem problem{M,    N,          K,
+                                  ctas, splittable, !op.has_rows_from && opts_.sms % 2 == 0};
   const std::vector<tune::GemmCandidate> candidates = tune::gemm_candidates(problem);
   if (op.tile.empty() && opts_.tuned != nullptr) {
     const auto it = opts_.tuned->find(op.name);
@@ -69,6 +71,7 @@ void Lowerer::lower_gemm(int i) {
     bn = c.bn;
     bk = c.bk;
     model_parts = c.split_k;
+    model_cluster = c.cluster;
     why = "the cost model's pick";
   } else {
     bm = op.tile[0];
@@ -96,12 +99,41 @@ void Lowerer::lower_gemm(int i) {
       why += fmt::format("; split-K: {} parts of {} (of K {}) for {} tiles on {} compute CTAs",
                          parts, part_k, K, mb * nb, ctas);
   }
+  // 2-CTA clusters (templates/mkc/gemm_sm90.cuh, load_stage_pair): row blocks 2p and 2p + 1 of
+  // one column block run on CTAs 2c and 2c + 1 of a cluster, which load B's boxes once for both
+  // (TMA multicast) and so halve the B bytes each SM pulls from L2. The tile order below deals
+  // such row blocks out consecutively (groups of 8 rows; an even row count keeps every group
+  // even), and round robin over an even number of compute CTAs puts the two of a pair on CTAs
+  // 2c and 2c + 1, at the same place in their lists (the scheduler checks it: plan/schedule.cc).
+  int64_t cluster = tuned != nullptr ? tuned->cluster : model_cluster;
+  if (cluster > 1) {
+    std::string no;
+    if (bm != 128 || (bn != 128 && bn != 256) || bk != 64)
+      no = fmt::format("they take 128-row tiles of 128 or 256 columns, not {} x {}", bm, bn);
+    else if (parts > 1)
+      no = "the tiles are split over K";
+    else if (M <= 64)
+      no = fmt::format("{} rows run 64-row or swapped tiles", M);
+    else if (mb % 2 != 0)
+      no = fmt::format("{} row blocks do not pair up", mb);
+    else if (ctas % 2 != 0 || opts_.sms % 2 != 0)
+      no = fmt::format("{} compute CTAs of {} do not pair up", ctas, opts_.sms);
+    else if (op.has_rows_from)
+      no = "rows_from orders the tiles by arriving chunks";
+    if (no.empty()) {
+      why += "; 2-CTA clusters sharing B (TMA multicast)";
+    } else {
+      why += "; no 2-CTA clusters: " + no;
+      cluster = 1;
+    }
+  }
   // What the cost model predicts for the pick and for its best alternative (tune/gemm_model.h).
   if (bk == 64 && (bm == 64 || bm == 128) && (bn == 64 || bn == 128 || bn == 256)) {
     for (const tune::GemmCandidate& c : candidates) {
-      if (c.bm == bm && c.bn == bn && c.split_k == parts) continue;
+      if (c.bm == bm && c.bn == bn && c.split_k == parts && c.cluster == cluster) continue;
       why += fmt::format("; model: {:.0f} us, runner-up {} {:.0f} us",
-                         tune::predict_gemm_us(problem, bm, bn, parts), c.text(), c.predicted_us);
+                         tune::predict_gemm_us(problem, bm, bn, parts, cluster), c.text(),
+                         c.predicted_us);
       break;
     }
   }
@@ -146,6 +178,7 @@ void Lowerer::lower_gemm(int i) {
         g.parts = parts;
         g.part = part;
         g.tile = b * nb + bj;
+        g.cluster = cluster > 1 ? 1 : 0;
         t.views = {a, bv, c};
         t.reads = {box(a, {g.m0, g.k0}, {g.m1, g.k1}), box(bv, {g.k0, g.n0}, {g.k1, g.n1})};
         if (g.has_bias) {

@@ -68,6 +68,62 @@ int64_t task_cost(const Plan& p, const Task& t) {
   return bytes;
 }
 
+// The pair rule of 2-CTA clusters (kinds::Kind::pair_half; templates/mkc/gemm_sm90.cuh,
+// load_stage_pair): the two halves of a pair run in step, each multicasting into the other's
+// shared memory and releasing its ring's slots. So on CTAs 2c and 2c + 1 the pairs' halves come
+// first (after bookkeeping that waits for nothing of its launch: a launch fence), in the same
+// order: the i-th half on CTA 2c is half 0 of a pair whose half 1 is the i-th on CTA 2c + 1 (the
+// rings of the two go through the same tiles, each pair's last tile is the last on both, and
+// neither CTA waits for work the other has not reached); and no half waits for anything of its
+// launch (no wait can hold one half back while the other waits for it). Why a plan breaks the
+// rule, or "".
+std::string pair_rule_broken(const Plan& p) {
+  for (size_t r = 0; r < p.cta_tasks.size(); ++r) {
+    const std::vector<std::vector<int>>& lists = p.cta_tasks[r];
+    // Each CTA's pair halves, in its order.
+    std::vector<std::vector<int>> halves(lists.size());
+    for (size_t c = 0; c < lists.size(); ++c) {
+      bool lead = true;    // only bookkeeping so far
+      bool after = false;  // other work seen since
+      for (const int ti : lists[c]) {
+        const Task& t = p.tasks[ti];
+        const kinds::Kind& kind = kinds::kind_of(t);
+        const int half = kind.pair_half(t);
+        if (half < 0) {
+          const bool free =
+              kind.bookkeeping() && std::none_of(t.waits.begin(), t.waits.end(),
+                                                 [](const Wait& w) { return w.lag == 0; });
+          if (!(lead && free)) after = true;
+          continue;
+        }
+        lead = false;
+        if (after)
+          return fmt::format("{} (rank {}) comes after other work on CTA {}", t.label, r, c);
+        if (static_cast<size_t>(half) != c % 2)
+          return fmt::format("{} (rank {}), half {} of its pair, is on CTA {}", t.label, r, half,
+                             c);
+        for (const Wait& w : t.waits) {
+          if (w.lag == 0)
+            return fmt::format("{} (rank {}) waits for `{}`", t.label, r, p.events[w.event].name);
+        }
+        halves[c].push_back(ti);
+      }
+    }
+    for (size_t c = 0; c < lists.size(); c += 2) {
+      const size_t n0 = halves[c].size(), n1 = c + 1 < lists.size() ? halves[c + 1].size() : 0;
+      for (size_t i = 0; i < std::max(n0, n1); ++i) {
+        if (i < n0 && i < n1 && halves[c + 1][i] == halves[c][i] + 1) continue;
+        const int ti = i < n0 ? halves[c][i] : halves[c + 1][i];
+        return fmt::format(
+            "{} (rank {}) and the other half of its pair are not the {}th pair "
+            "half of CTAs {} and {}",
+            p.tasks[ti].label, r, i + 1, c, c + 1);
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 int64_t compute_ctas(const std::map<std::string, int64_t>& roles, bool any_comm, bool any_compute,
@@ -209,11 +265,33 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
       next_compute[task.rank] = best + 1;
       load[best] += *compute_load;
       cta = static_cast<int>(best);
+    } else if (kind.bookkeeping()) {
+      // A fence or launch end does no work: it goes with the next compute tile and does not take
+      // its turn (which would shift every tile after it by one CTA, and the halves of 2-CTA
+      // pairs off CTAs 2c and 2c + 1).
+      cta = static_cast<int>(next_compute[task.rank] % compute);
     } else {
       cta = static_cast<int>(next_compute[task.rank]++ % compute);
     }
     task.cta = cta;
     plan.cta_tasks[task.rank][cta].push_back(t);
+  }
+
+  // Pairs the lowering made for 2-CTA clusters run as such only where the lists keep the pair
+  // rule; else every tile runs on its own (the same work, B loaded by each).
+  const std::string broken = pair_rule_broken(plan);
+  if (!broken.empty()) {
+    bool any = false;
+    for (Task& t : plan.tasks) {
+      const kinds::Kind& kind = kinds::kind_of(t);
+      if (kind.pair_half(t) < 0) continue;
+      kind.unpair(t);
+      any = true;
+    }
+    if (any)
+      plan.decisions.push_back(Decision{
+          "(schedule)", "no 2-CTA clusters",
+          fmt::format("the lists break the pair rule: {}; the tiles run unpaired", broken)});
   }
 }
 

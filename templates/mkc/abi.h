@@ -185,6 +185,10 @@ struct GemmTileArgs {
   i64 parts;   // split-K parts of the tile (1: not split)
   i64 part;    // this task's part, in [0, parts)
   i64 tile;    // the tile's index into tickets (its counters at 2 * tile and 2 * tile + 1)
+  // 1: half of a 2-CTA cluster pair (templates/mkc/gemm_sm90.cuh, gemm_pair): rows m0.. of the
+  // pair's two row blocks, the other half on the partner CTA at the same place in its list, the
+  // two sharing B's columns n0..n1 by TMA multicast; 0: a tile of its own.
+  i64 cluster;
 };
 
 // grouped_gemm_tile: views {X, W, Y, counts}. Rows of X are grouped by group in order; counts
@@ -315,7 +319,7 @@ MKC_ABI_FN Range read_range(const i64* args, int* pos) {
 }
 
 // Arguments of every fixed-layout kind are whole 64-bit words: the tables are arrays of them.
-static_assert(sizeof(GemmTileArgs) == 14 * 8, "gemm_tile has 14 arguments");
+static_assert(sizeof(GemmTileArgs) == 15 * 8, "gemm_tile has 15 arguments");
 static_assert(sizeof(GroupedGemmTileArgs) == 7 * 8, "grouped_gemm_tile has 7 arguments");
 static_assert(sizeof(MapTileArgs) == 3 * 8, "map_tile has 3 arguments");
 static_assert(sizeof(CopyArgs) == 2 * 8, "copy has 2 arguments");

@@ -60,7 +60,8 @@ struct AttnShape {
 };
 
 // Byte offsets of this tile's mbarriers in the header (the GEMM's PipeState and its barriers use
-// bytes [0, 192)).
+// bytes [0, 192), a 2-CTA pair's peer barriers [192, 256) while a paired ring is in use: a ring
+// of another class starts afresh).
 constexpr int kAttnBarOffset = 192;  // q_full[2], full_k[], full_v[], empty_k[], empty_v[]
 
 // Key blocks a tile sees: all of them, or (causal) those with a key visible to its last query.

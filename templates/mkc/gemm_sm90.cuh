@@ -14,6 +14,12 @@
 // The ring and its mbarriers persist across the CTA's tasks (PipeState): when the next task in
 // the CTA's list is a GEMM tile of the same class that waits for nothing, the producer loads its
 // first stages while the consumers run this tile's epilogue.
+// In 2-CTA clusters (kPair; GemmTileArgs::cluster, compiler/passes/lower_compute.cc), CTAs 2c
+// and 2c + 1 run row blocks 2q and 2q + 1 of one column block together: each producer loads its
+// own A box and every other 64-column box of B for both CTAs (TMA multicast), so each SM pulls
+// half of B from L2; a slot is free when the consumers of both CTAs are done with it (each
+// releases it in its own ring and in the partner's). The scheduler's pair rule
+// (plan/schedule.cc) keeps the two CTAs' lists in step.
 // Tensor maps are built on the host per operand view (runtime/tensor_map.*), with 128-byte
 // swizzle and zero fill outside the view, so ragged M, N and K need no special code on the load
 // side; stores are guarded. The rank of a task that uses it makes no difference: the maps hold
@@ -266,8 +272,10 @@ struct PipeState {
   int prefetched;         // loads already issued for the task whose args are prefetched_args
   const long long* prefetched_args;
   unsigned tiles;  // attention tiles run on the ring since its initialisation (attention_sm90.cuh)
+  int pair_end;    // a 2-CTA pair's task is its CTA's last pair in a row (gemm_run's kPair)
 };
-constexpr int kHeaderBytes = 256;  // PipeState at 0, full[8] at 64, empty[8] at 128
+// PipeState at 0, full[8] at 64, empty[8] at 128, a 2-CTA pair's peer[8] at 192.
+constexpr int kHeaderBytes = 256;
 static_assert(sizeof(PipeState) <= 64, "PipeState ends before the GEMM's mbarriers");
 
 // At kernel start (thread 0, then a CTA barrier): no ring yet.
@@ -309,6 +317,38 @@ __device__ __forceinline__ bool load_stage_of(const KernelArgs& a, unsigned n, u
       tma_load_3d(st + S::kABytes + j * (kBK * 128), map_b, static_cast<int>(nn) + 64 * j, kc, bz,
                   full + s);
     }
+  }
+  return true;
+}
+// The same stage load for half of a 2-CTA pair (gemm_run's kPair): this CTA's own A box, and
+// every other 64-column box of the B the pair shares, multicast into both CTAs (the partner loads
+// the rest), all completing on full[n % stages] of the CTA they land in, which expects the whole
+// stage. The slot must be free in both CTAs: once this CTA's consumers released it (`empty`),
+// the producer tells the partner's producer (an arrive on the partner's `peer`), then waits for
+// the partner's word on its own `peer`. The consumers' code is the unpaired tile's: a remote
+// arrive there cost the 128 x 256 tile's consumers spills.
+template <typename S>
+__device__ __forceinline__ bool load_stage_pair(const KernelArgs& a, unsigned n,
+                                                unsigned char* ring, u64* full, u64* empty,
+                                                u64* peer, const TensorMap* map_a,
+                                                const TensorMap* map_b, long long m, long long nn,
+                                                int kc, unsigned rank) {
+  constexpr int BN = S::kBN;
+  const int s = n % S::kStages;
+  if (n >= static_cast<unsigned>(S::kStages)) {
+    const unsigned parity = ((n / S::kStages) - 1) & 1;
+    if (!mbar_wait(a, empty + s, parity, s)) return false;
+    mbar_arrive_peer(peer + s);
+    if (!mbar_wait(a, peer + s, parity, s)) return false;
+  }
+  unsigned char* st = ring + s * S::kStageBytes;
+  mbar_expect_tx(full + s, S::kStageBytes);
+  tma_load_2d(st, map_a, kc, static_cast<int>(m), full + s);
+#pragma unroll
+  for (int j = 0; j < BN / 64; ++j) {
+    if ((j & 1) == static_cast<int>(rank))
+      tma_load_2d_multicast(st + S::kABytes + j * (kBK * 128), map_b, static_cast<int>(nn) + 64 * j,
+                            kc, full + s, 0x3);
   }
   return true;
 }
@@ -485,7 +525,8 @@ __device__ __forceinline__ void gemm_run_jobs(const KernelArgs& a, int njobs, Jo
 // kSplit: the job is one tile's split-K part (split_state(), set before the call): each consumer
 // warpgroup stores its sums, takes its half's ticket, and only the last part's runs the epilogue
 // on the sum of every part (split_k.cuh).
-template <typename TAB, typename TC, typename TBias, typename S, bool kSplit, typename Fn>
+template <typename TAB, typename TC, typename TBias, typename S, bool kSplit, bool kPair,
+          typename Fn>
 __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, TBias>& job,
                                          const long long* args, unsigned char* smem,
                                          const long long* next_args, const View* next_v, Fn fn) {
@@ -493,6 +534,8 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
   // Rows per tile (the A box's): the swapped tile's MP, else 64 or 128.
   constexpr int BM = S::kABytes / (kBK * 2);
   static_assert(kStages <= 8, "the header holds 8 mbarriers of each kind");
+  static_assert(!kPair || (!kSplit && !S::kSwap && BM == 128 && BN >= 128),
+                "2-CTA pairs: unsplit 128-row tiles of 128 or 256 columns");
   (void)next_v;  // the next task's K range is in its arguments
   TC* C = job.C;
   const TBias* bias = job.bias;
@@ -501,16 +544,29 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
   PipeState* ps = reinterpret_cast<PipeState*>(smem);
   u64* full = reinterpret_cast<u64*>(smem + 64);
   u64* empty = reinterpret_cast<u64*>(smem + 128);
+  u64* peer = reinterpret_cast<u64*>(smem + 192);
   unsigned char* ring = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<unsigned long long>(smem) + kHeaderBytes + 1023) & ~1023ull);
   const int ktiles = static_cast<int>((K - job.k0 + kBK - 1) / kBK);
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  // A pair's partner: the other CTA of the cluster (a pair's two halves run their tasks in step,
+  // the scheduler's pair rule, plan/schedule.cc), which multicasts half of B into this CTA's
+  // ring and releases its slots here as this CTA does there.
+  bool fresh = false;
+  if constexpr (kPair) {
+    fresh = ps->bn != S::kKey;  // the same on both CTAs: their lists are pairs up to here
+    __syncthreads();            // read before thread 0 sets it
+    // Whether a pair follows, kept in shared memory for the end: the consumers have no register
+    // to hold it through their main loop.
+    if (threadIdx.x == 0) ps->pair_end = next_args == nullptr;
+  }
   // A ring of another geometry (or none) is drained (no other class prefetches into it): start
   // afresh.
   if (threadIdx.x == 0 && ps->bn != S::kKey) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full + s, 1);
       mbar_init(empty + s, S::kConsumers);  // one arrive per consumer at work
+      if (kPair) mbar_init(peer + s, 1);    // the partner's producer: its consumers are done
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     ps->bn = S::kKey;
@@ -518,19 +574,29 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
     ps->prefetched = 0;
     ps->prefetched_args = nullptr;
   }
-  __syncthreads();
+  // A fresh pair's barriers are initialised on both CTAs before either multicasts into the other.
+  if (kPair && fresh)
+    cluster_sync();
+  else
+    __syncthreads();
   if (wg == 0) {
     if (t == 0) {
       const TensorMap* map_a = job.map_a;
       const TensorMap* map_b = job.map_b;
+      const unsigned rank = kPair ? cluster_ctarank() : 0;
       unsigned n = ps->next_load;
       int skip = ps->prefetched_args == args ? ps->prefetched : 0;
       bool ok = true;
       for (long long mt = m0; ok && mt < m1; mt += BM) {
         for (long long nt = n0; ok && nt < n1; nt += BN) {
-          for (int kt = skip; ok && kt < ktiles; ++kt)
-            ok = load_stage_of<S>(a, n++, ring, full, empty, map_a, map_b, mt, nt,
-                                  static_cast<int>(job.k0) + kt * kBK, job.bz);
+          for (int kt = skip; ok && kt < ktiles; ++kt) {
+            if constexpr (kPair)
+              ok = load_stage_pair<S>(a, n++, ring, full, empty, peer, map_a, map_b, mt, nt,
+                                      static_cast<int>(job.k0) + kt * kBK, rank);
+            else
+              ok = load_stage_of<S>(a, n++, ring, full, empty, map_a, map_b, mt, nt,
+                                    static_cast<int>(job.k0) + kt * kBK, job.bz);
+          }
           skip = 0;
         }
       }
@@ -542,9 +608,14 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
         pre = next_ktiles < kStages ? next_ktiles : kStages;
         const TensorMap* next_a = a.tensor_maps + next.map_a;
         const TensorMap* next_b = a.tensor_maps + next.map_b;
-        for (int kt = 0; ok && kt < pre; ++kt)
-          ok = load_stage_of<S>(a, n++, ring, full, empty, next_a, next_b, next.m0, next.n0,
-                                static_cast<int>(next.k0) + kt * kBK);
+        for (int kt = 0; ok && kt < pre; ++kt) {
+          if constexpr (kPair)
+            ok = load_stage_pair<S>(a, n++, ring, full, empty, peer, next_a, next_b, next.m0,
+                                    next.n0, static_cast<int>(next.k0) + kt * kBK, rank);
+          else
+            ok = load_stage_of<S>(a, n++, ring, full, empty, next_a, next_b, next.m0, next.n0,
+                                  static_cast<int>(next.k0) + kt * kBK);
+        }
       }
       ps->next_load = n;
       ps->prefetched = pre;
@@ -630,8 +701,13 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
     }
     if (threadIdx.x == 128) ps->next_consume = c;
   }
-  // The state is published before the next task reads it.
-  __syncthreads();
+  // The state is published before the next task reads it. A pair's last task (no pair follows
+  // to prefetch) also waits for its partner: until then the partner may still release slots of
+  // this CTA's ring, which the next task may initialise afresh, or the kernel end.
+  if (kPair && ps->pair_end)
+    cluster_sync();
+  else
+    __syncthreads();
 }
 #endif
 
@@ -642,7 +718,7 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
 // of this same class with no waits (else null): once this task's loads are issued, the producer
 // loads the first stages of that task's first tile, so they arrive during this epilogue.
 template <typename TAB, typename TC, typename TBias, int BM, int BN, bool kSplit = false,
-          typename Fn>
+          bool kPair = false, typename Fn>
 __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long long* args, int nb,
                               unsigned char* smem, const long long* next_args, const View* next_v,
                               Fn fn) {
@@ -673,8 +749,8 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
       sp.tickets = view_ptr<unsigned long long>(a, v[pv + 1], nb) + 2 * g.tile;
     }
   }
-  gemm_run<TAB, TC, TBias, typename TileShape<BM, BN>::type, kSplit>(a, job, args, smem, next_args,
-                                                                     next_v, fn);
+  gemm_run<TAB, TC, TBias, typename TileShape<BM, BN>::type, kSplit, kPair>(a, job, args, smem,
+                                                                            next_args, next_v, fn);
 #else
   (void)next_args;
   (void)next_v;

@@ -134,6 +134,136 @@ TEST_CASE("GEMM: tiles of at most 32 rows are swapped, and compile without spill
   }
 }
 
+// 2-CTA clusters (templates/mkc/gemm_sm90.cuh, load_stage_pair; compiler/passes/schedule.cc,
+// the pair rule): asked for by a tuned entry, the tiles pair up where they can, each pair's
+// halves at the same place of CTAs 2c and 2c + 1 sharing B's columns, the kernel asks for
+// clusters of 2, and the pair's class compiles for sm_90a without a spill; where they cannot,
+// the decision says why and the tiles run on their own.
+TEST_CASE("GEMM: 2-CTA cluster pairs, where the shape and the lists allow them") {
+  const auto gemm = [](int64_t m, int64_t n, int64_t k, const char* extra) {
+    return std::make_shared<dsl::SourceFile>(
+        "p.mks", fmt::format("schedule p {{\n  param M = {}, N = {}, K = {}\n  input A : bf16[M, "
+                             "K]\n  input B : bf16[K, N]\n  output C : bf16[M, N]\n  compute mm = "
+                             "gemm(A, B -> C)\n{}}}\n",
+                             m, n, k, extra));
+  };
+  const auto with = [](std::vector<int64_t> tile, int64_t split, int64_t cluster) {
+    return [=](const compiler::CheckedSchedule& s) {
+      std::map<std::string, plan::LowerOptions::Tuned> out;
+      for (const compiler::OpInstance& op : s.ops)
+        if (op.kind == compiler::OpKind::kGemm)
+          out[op.name] = plan::LowerOptions::Tuned{tile, split, cluster};
+      return out;
+    };
+  };
+  const auto compile = [](std::shared_ptr<const dsl::SourceFile> f, const compiler::TunedFor& t) {
+    compiler::CheckOptions opts;
+    opts.ranks = {1};
+    auto c = compiler::compile_file(f, opts, "", true, t);
+    REQUIRE_MESSAGE(c->ok(), dsl::render_text(c->diagnostics.all(), false));
+    return c;
+  };
+  const auto gemm_tasks = [](const plan::Plan& p) {
+    std::vector<abi::GemmTileArgs> out;
+    for (const plan::Task& t : p.tasks)
+      if (t.kind == plan::TaskKind::kGemmTile) out.push_back(plan::args_as<abi::GemmTileArgs>(t));
+    return out;
+  };
+  jit::JitOptions jo;
+  jo.cache_dir = temp_dir("cache_pairs");
+  for (const int64_t bn : {256, 128}) {
+    // 3000 rows: 24 row blocks, the last of 56 rows (still a 128-row half, zero filled); a bias
+    // and an epilogue function, the tile's most registers.
+    auto c = compile(std::make_shared<dsl::SourceFile>(
+                         "p.mks",
+                         "schedule p {\n  param M = 3000, N = 5000, K = 4000\n  input A : bf16[M, "
+                         "K]\n  input B : bf16[K, N]\n  input bias : f32[N]\n  output C : bf16[M, "
+                         "N]\n  device softplus(x: f32) -> f32 { return x > 20.0f ? x : "
+                         "log1pf(expf(x)); }\n  compute mm = gemm(A, B -> C, epilogue = softplus, "
+                         "bias = bias)\n}\n"),
+                     with({128, bn, 64}, 1, 2));
+    const plan::Plan& p = c->plans[0];
+    const codegen::Generated& g = c->kernels[0];
+    INFO("BN " << bn);
+    CHECK(p.decisions.at(0).reason.find("2-CTA clusters sharing B") != std::string::npos);
+    CHECK_MESSAGE(p.decisions.size() == 1u, p.decisions.back().reason);  // the pairs stayed
+    CHECK(g.cluster == 2);
+    CHECK(g.ctas % 2 == 0);
+    CHECK(g.source.find(fmt::format("128, {}, false, true>(a, v, args", bn)) != std::string::npos);
+    CHECK(g.tensor_maps.at(0).box_rows == 128);
+    for (const std::string& path : g.paths)
+      CHECK(path.find("in 2-CTA clusters") != std::string::npos);
+    for (const abi::GemmTileArgs& a : gemm_tasks(p)) CHECK(a.cluster == 1);
+    // The pair rule: CTA 2c's tiles and CTA 2c + 1's are the two halves of one pair at each
+    // place (rows 2q and 2q + 1 of one column block); a launch fence may come first.
+    const auto tiles_of = [&](size_t cta) {
+      std::vector<int> out;
+      for (const int t : p.cta_tasks[0][cta])
+        if (p.tasks[t].kind == plan::TaskKind::kGemmTile) out.push_back(t);
+      return out;
+    };
+    int pairs = 0;
+    for (size_t cta = 0; cta + 1 < p.cta_tasks[0].size(); cta += 2) {
+      const std::vector<int> l0 = tiles_of(cta), l1 = tiles_of(cta + 1);
+      REQUIRE(l0.size() == l1.size());
+      for (size_t i = 0; i < l0.size(); ++i) {
+        const auto h0 = plan::args_as<abi::GemmTileArgs>(p.tasks[l0[i]]);
+        const auto h1 = plan::args_as<abi::GemmTileArgs>(p.tasks[l1[i]]);
+        CHECK(h0.n0 == h1.n0);
+        CHECK(h0.m0 % 256 == 0);
+        CHECK(h1.m0 == h0.m0 + 128);
+        ++pairs;
+      }
+    }
+    CHECK(pairs * 2 == static_cast<int>(gemm_tasks(p).size()));
+    const jit::JitOutput out = jit::jit_compile(g.source, "p.cu", g.kernel_name, jo);
+    MESSAGE(
+        fmt::format("pair 128x{}: {} registers, {} B spills", bn, out.registers, out.spill_bytes));
+    CHECK(out.spill_bytes == 0);
+    CHECK_MESSAGE(out.log.find("are serialized") == std::string::npos, out.log);
+  }
+  {
+    // GEMM + all-reduce at R = 1: the pairs on the compute CTAs, the all-reduce's tasks after
+    // them on the comm CTAs.
+    compiler::CheckOptions opts;
+    opts.ranks = {1};
+    opts.defines = {{"M", 1024}, {"N", 1024}, {"K", 256}};
+    // The sample without its tile(...), which a tuned entry does not override.
+    std::string text = dsl::SourceFile::read("samples/gemm_allreduce.mks")->text();
+    const size_t at = text.find(" tile(128, 256, 64)");
+    REQUIRE(at != std::string::npos);
+    text.erase(at, 19);
+    auto c = compiler::compile_file(std::make_shared<dsl::SourceFile>("gemm_allreduce.mks", text),
+                                    opts, "", true, with({128, 128, 64}, 1, 2));
+    REQUIRE(c->ok());
+    std::string reasons;
+    for (const plan::Decision& d : c->plans[0].decisions) reasons += d.reason + "\n";
+    INFO(reasons);
+    CHECK(reasons.find("2-CTA clusters sharing B") != std::string::npos);
+    CHECK(c->kernels[0].cluster == 2);
+  }
+  const auto refused = [&](std::shared_ptr<const dsl::SourceFile> f, const compiler::TunedFor& t,
+                           const char* why) {
+    auto c = compile(f, t);
+    const plan::Plan& p = c->plans[0];
+    std::string reasons;
+    for (const plan::Decision& d : p.decisions) reasons += d.reason + "\n";
+    INFO(reasons);
+    CHECK(reasons.find(why) != std::string::npos);
+    CHECK(c->kernels[0].cluster == 1);
+    for (const abi::GemmTileArgs& a : gemm_tasks(p)) CHECK(a.cluster == 0);
+  };
+  refused(gemm(2900, 5000, 4000, ""), with({128, 256, 64}, 1, 2), "23 row blocks do not pair up");
+  refused(gemm(256, 1024, 8192, ""), with({128, 128, 64}, 2, 2), "the tiles are split over K");
+  refused(gemm(3000, 5000, 4000, ""), with({64, 256, 64}, 1, 2), "128-row tiles");
+  // Two GEMMs, the second reading the first's output: its pairs would wait for the first's
+  // tiles, which the pair rule forbids, so the scheduler unpairs every tile.
+  refused(gemm(1024, 1024, 1024,
+               "  output E : bf16[M, N]\n  input D : bf16[N, N]\n  compute mm2 = gemm(C, D -> "
+               "E) after mm\n"),
+          with({128, 128, 64}, 1, 2), "the lists break the pair rule");
+}
+
 // Split-K parts (templates/mkc/split_k.cuh) are classes of their own (the ticket and the sum of
 // the parts in the epilogue), for every tile shape: each compiles for sm_90a without a spill or a
 // serialised wgmma, the plan has no reduction tasks, and C's tile is written by the fused part.

@@ -40,7 +40,8 @@ struct Compiled {
 // ranks_per_node > 0: nodes of that many ranks (edges between them through the host proxies).
 std::unique_ptr<Compiled> compile(std::shared_ptr<const dsl::SourceFile> file, int64_t ranks,
                                   std::map<std::string, int64_t> defines,
-                                  int64_t ranks_per_node = 0) {
+                                  int64_t ranks_per_node = 0,
+                                  const compiler::TunedFor& tuned = nullptr) {
   auto out = std::make_unique<Compiled>();
   const DeviceInfo dev = device_info(0);
   const int64_t per_gpu = (ranks + device_count() - 1) / device_count();
@@ -50,7 +51,7 @@ std::unique_ptr<Compiled> compile(std::shared_ptr<const dsl::SourceFile> file, i
   opts.defines = std::move(defines);
   opts.sms = dev.sm_count / per_gpu;
   out->file = file;
-  out->c = compiler::compile_file(file, opts);
+  out->c = compiler::compile_file(file, opts, "", true, tuned);
   REQUIRE_MESSAGE(out->c->ok(), dsl::render_text(out->c->diagnostics.all(), false));
   jit::JitOptions jo;
   jo.arch = dev.arch();
@@ -203,6 +204,78 @@ GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; the 
 // inputs keep every sum exact in f32, so each part's slice of the partials, the tickets (every
 // tile's counters at launch x parts: each part took one per consumer warpgroup) and C must be
 // equal to the host's, not merely close. Fresh inputs each launch.
+// 2-CTA clusters (templates/mkc/gemm_sm90.cuh, load_stage_pair): each pair's CTAs load half of
+// B for both by multicast and release each other's ring slots. Against the fp64 reference on
+// fresh random data, three launches each: a last row block of few rows (a zero-filled 128-row
+// half), a last column block of another class (the pairs' ring starts afresh after a cluster
+// barrier), several pairs in a row on each CTA (prefetch across pairs), an f32 output with bias
+// and an epilogue, and GEMM + all-reduce at R = 1 (pairs on the compute CTAs, the comm CTAs in
+// clusters of their own).
+GPU_TEST_CASE("2-CTA cluster pairs: B multicast, ragged edges, pairs in a row, GEMM + all-reduce") {
+  const plan::HostFns fns = {
+      {"softplus", [](const std::vector<double>& a) { return std::log1p(std::exp(a[0])); }}};
+  const auto paired = [](std::vector<int64_t> tile, int64_t cluster = 2) {
+    return [tile, cluster](const compiler::CheckedSchedule& s) {
+      std::map<std::string, plan::LowerOptions::Tuned> out;
+      for (const compiler::OpInstance& op : s.ops)
+        if (op.kind == compiler::OpKind::kGemm)
+          out[op.name] = plan::LowerOptions::Tuned{tile, 1, cluster};
+      return out;
+    };
+  };
+  struct Variant {
+    const char *name, *ab, *c;
+    int64_t bn, m, n, k;
+  };
+  const Variant variants[] = {
+      {"pair_bf16_256_ragged", "bf16", "bf16", 256, 440, 520, 200},
+      {"pair_f16_128_f32out", "f16", "f32", 128, 250, 392, 136},
+      {"pair_bf16_128_many", "bf16", "bf16", 128, 2048, 2048, 512},
+      {"pair_bf16_256_many", "bf16", "bf16", 256, 4096, 2056, 320},
+  };
+  for (const Variant& v : variants) {
+    SUBCASE(v.name) {
+      const std::string text = fmt::format(R"(schedule {0} {{
+  param M = {4}, N = {5}, K = {6}
+  input  A : {1}[M, K]
+  input  B : {1}[K, N]
+  input  bias : f32[N]
+  output C : {2}[M, N]
+  device softplus(x: f32) -> f32 {{ return x > 20.0f ? x : log1pf(expf(x)); }}
+  compute mm = gemm(A, B -> C, epilogue = softplus, bias = bias)
+}}
+)",
+                                           v.name, v.ab, v.c, v.bn, v.m, v.n, v.k);
+      auto c = compile(std::make_shared<dsl::SourceFile>(std::string(v.name) + ".mks", text), 1, {},
+                       0, paired({128, v.bn, 64}));
+      INFO(c->plan().decisions.back().reason);
+      REQUIRE(c->gen().cluster == 2);
+      // Pairing costs the tile no registers: no more spills than the same tiles unpaired (this
+      // NVRTC's ptxas spills a few bytes of the 128 x 256 tile with a bias and an epilogue
+      // function either way).
+      auto alone = compile(std::make_shared<dsl::SourceFile>(std::string(v.name) + ".mks", text), 1,
+                           {}, 0, paired({128, v.bn, 64}, 1));
+      REQUIRE(alone->gen().cluster == 1);
+      MESSAGE(fmt::format("{}: {} B spilled in pairs, {} B unpaired", v.name, c->jit.spill_bytes,
+                          alone->jit.spill_bytes));
+      CHECK(c->jit.spill_bytes <= alone->jit.spill_bytes);
+      run_and_check(*c, 3, fns);
+    }
+  }
+  SUBCASE("gemm_allreduce_r1") {
+    // The sample without its tile(...), which a tuned entry does not override.
+    std::string text = dsl::SourceFile::read("samples/gemm_allreduce.mks")->text();
+    const size_t at = text.find(" tile(128, 256, 64)");
+    REQUIRE(at != std::string::npos);
+    text.erase(at, 19);
+    auto c = compile(std::make_shared<dsl::SourceFile>("gemm_allreduce.mks", text), 1,
+                     {{"M", 1024}, {"N", 1024}, {"K", 256}}, 0, paired({128, 128, 64}));
+    INFO(c->plan().decisions.back().reason);
+    REQUIRE(c->gen().cluster == 2);
+    run_and_check(*c, 3);
+  }
+}
+
 GPU_TEST_CASE("split-K: each part's sums, the tickets and C, launch by launch") {
   struct Variant {
     const char* tile;

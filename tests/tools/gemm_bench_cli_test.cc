@@ -39,9 +39,10 @@ TEST_CASE("gemm_bench --sweep --list: issue 36's GEMM cases") {
 }
 
 TEST_CASE("gemm_bench: bad flags name themselves and exit 1") {
-  for (const char* args : {"--shapes 7x9", "--tune -1", "--tune x", "--iters 0", "--bogus",
-                           "--sweep --shapes 8x8x8", "--csv", "--picks 128x96", "--picks 128x128/0",
-                           "--picks 32x128", "--picks 128x128/2x", "--picks 128x128,", "--picks"}) {
+  for (const char* args :
+       {"--shapes 7x9", "--tune -1", "--tune x", "--iters 0", "--bogus", "--sweep --shapes 8x8x8",
+        "--csv", "--picks 128x96", "--picks 128x128/0", "--picks 32x128", "--picks 128x128/2x",
+        "--picks 128x128,", "--picks", "--picks 128x256/2c2", "--picks 128x256c3"}) {
     const auto [rc, out] = run_command(fmt::format("bench/gemm_bench --list {}", args));
     CHECK_MESSAGE(rc == 1, args, ": ", out);
     CHECK_MESSAGE(out.find("gemm_bench: error: ") != std::string::npos, args, ": ", out);
@@ -53,10 +54,10 @@ TEST_CASE("gemm_bench: bad flags name themselves and exit 1") {
   // A bad pick names the item and what a pick is.
   const auto [prc, pout] = run_command("bench/gemm_bench --list --picks 128x128/4,128x96/2");
   CHECK(prc == 1);
-  CHECK_MESSAGE(pout.find("`128x96/2` is not BMxBN[/S]") != std::string::npos, pout);
+  CHECK_MESSAGE(pout.find("`128x96/2` is not BMxBN[/S|c2]") != std::string::npos, pout);
   // Good picks parse (the list then prints the shapes; nothing is measured).
-  const auto [grc, gout] =
-      run_command("bench/gemm_bench --shapes 8x8x8 --picks 128x128/4,64x256,64x64/16 --list");
+  const auto [grc, gout] = run_command(
+      "bench/gemm_bench --shapes 8x8x8 --picks 128x128/4,64x256,64x64/16,128x256c2 --list");
   CHECK_MESSAGE(grc == 0, gout);
   CHECK(gout == "8x8x8\n");
 }

@@ -84,6 +84,31 @@ TEST_CASE("tuning database: entries round-trip by their whole key") {
   CHECK(text.find("\"schedule\": \"gemm\"") != std::string::npos);
 }
 
+// 2-CTA clusters: stored as "cluster": 2 where asked for, absent (read as 1) otherwise, and a
+// value other than 1 or 2 is a warning naming it.
+TEST_CASE("tuning database: an op's clusters round-trip; a bad cluster count warns") {
+  const std::string path = temp_path("clusters/tune.json");
+  Entry paired = entry(128, 1, 250.0);
+  paired.ops["mm"].cluster = 2;
+  mkc::tune::store(path, key(3000), paired);
+  mkc::tune::store(path, key(16), entry(64, 2, 12.0));
+  std::vector<std::string> warnings;
+  const auto e = mkc::tune::lookup(path, key(3000), &warnings);
+  REQUIRE(e.has_value());
+  CHECK(e->ops.at("mm").cluster == 2);
+  CHECK(mkc::tune::lookup(path, key(16), &warnings)->ops.at("mm").cluster == 1);
+  std::string text = slurp(path);
+  CHECK(text.find("\"cluster\"") != std::string::npos);
+  const std::string two = "\"cluster\": 2";
+  const size_t at = text.find(two);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, two.size(), "\"cluster\": 3");
+  std::ofstream(path, std::ios::trunc) << text;
+  CHECK_FALSE(mkc::tune::lookup(path, key(3000), &warnings).has_value());
+  REQUIRE(warnings.size() == 1);
+  CHECK_MESSAGE(warnings[0].find("`cluster` 3 is not 1 or 2") != std::string::npos, warnings[0]);
+}
+
 TEST_CASE("tuning database: a corrupt or foreign file warns readers, refuses writers, stays") {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"not JSON", "{\"format\": \"mkc-tune-db\", \"entr"},

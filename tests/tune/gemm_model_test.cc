@@ -36,6 +36,33 @@ TEST_CASE("gemm model: candidates are the template's tiles, fastest first") {
   CHECK(std::all_of(shallow.begin(), shallow.end(), [](const auto& x) { return x.split_k <= 2; }));
 }
 
+// 2-CTA clusters (tune/gemm_model.cc, kUnalignedRowCost): where B's rows are not 128-byte
+// multiples apart, loading half of B per CTA is what the H100 measured faster (3000 x 5000 x 4000:
+// 213 us paired, 280 unpaired); where they are, the pair's fixed cost makes the unpaired tile
+// the pick. Only 128 x 256, unsplit, with the row blocks in pairs.
+TEST_CASE("gemm model: 2-CTA pairs where B's rows are unaligned, not elsewhere") {
+  const GemmProblem ragged{3000, 5000, 4000, 132, true, true};
+  const auto c = mkc::tune::gemm_candidates(ragged);
+  CHECK(c[0].text() == "tile(128, 256, 64) cluster 2");
+  for (const auto& x : c) {
+    if (x.cluster == 1) continue;
+    CHECK(x.bm == 128);
+    CHECK(x.bn == 256);
+    CHECK(x.split_k == 1);
+  }
+  CHECK(mkc::tune::predict_gemm_us(ragged, 128, 256, 1, 2) <
+        0.85 * mkc::tune::predict_gemm_us(ragged, 128, 256, 1, 1));
+  // Aligned rows: the same tiles unpaired first.
+  const auto aligned = mkc::tune::gemm_candidates(GemmProblem{3000, 8192, 4000, 132, true, true});
+  CHECK(aligned[0].text() == "tile(128, 256, 64)");
+  // Not allowed (rows_from, an odd CTA count), or row blocks that do not pair up: no pairs.
+  for (const GemmProblem& p : {GemmProblem{3000, 5000, 4000, 132, true, false},
+                               GemmProblem{2900, 5000, 4000, 132, true, true},
+                               GemmProblem{3000, 5000, 4000, 131, true, true}}) {
+    for (const auto& x : mkc::tune::gemm_candidates(p)) CHECK(x.cluster == 1);
+  }
+}
+
 TEST_CASE("gemm model: memory bounds a decode GEMM; a split fills the idle CTAs") {
   // 16 x 8192 x 7168: no candidate beats the weights' (117 MB) time from HBM; 32 tiles of
   // 64 x 256 leave 100 CTAs idle without a split, each streaming its strip alone.

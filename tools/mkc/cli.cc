@@ -846,8 +846,9 @@ int tune_schedules(const std::shared_ptr<const dsl::SourceFile>& file, const Fla
     tune::store(db, key, stored);
     std::string picks;
     for (const auto& [op, kn] : e.ops)
-      picks += fmt::format("{}{} tile({}) split-K {}", picks.empty() ? "" : ", ", op,
-                           fmt::join(kn.tile, ", "), kn.split_k);
+      picks += fmt::format("{}{} tile({}) split-K {}{}", picks.empty() ? "" : ", ", op,
+                           fmt::join(kn.tile, ", "), kn.split_k,
+                           kn.cluster > 1 ? fmt::format(" cluster {}", kn.cluster) : "");
     fmt::print(out, "tuned: {:.2f} us per launch ({}); written to {}\n", e.us,
                picks.empty() ? "the compiler's own choice is the fastest" : picks, db);
     out.flush();
