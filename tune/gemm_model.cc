@@ -50,11 +50,11 @@ constexpr double kSumBytesPerUs = 70e3;
 // about 2.6 times its bytes. Fitted on an H100 (2026-12-06, twenty-eighth session,
 // docs/RESULTS.md) to 128 x 256 tiles at 3000 x 5000 x 4000, 4096 x 5000 x 4096 and 2048 x 5000
 // x 8192 (280, 357, 381 us unpaired; predicted 279, 355, 422), where the same tiles in 2-CTA
-// clusters, each CTA loading half of B, ran 213, 269 and 297 us (predicted 206, 260, 307). Rows
+// clusters, each CTA loading half of B, ran 202, 251 and 284 us (predicted 206, 260, 306). Rows
 // of A that far apart measured no such cost (3000 x 8192 x 4000: 293 us, predicted 299).
 constexpr double kUnalignedRowCost = 2.6;
 // A pair's fixed cost per tile (the partner's slot releases, the cluster barrier at the end of a
-// CTA's pairs): on rows 128-byte aligned, where B's loads are not what binds, pairs measured 1-10%
+// CTA's pairs): on rows 128-byte aligned, where B's loads are not what binds, pairs measured 2-5%
 // slower than the same tiles unpaired.
 constexpr double kPairTileUs = 1.0;
 // Row blocks the lowering groups for L2 reuse (lower_compute.cc, lower_gemm).

@@ -323,10 +323,10 @@ __device__ __forceinline__ bool load_stage_of(const KernelArgs& a, unsigned n, u
 // The same stage load for half of a 2-CTA pair (gemm_run's kPair): this CTA's own A box, and
 // every other 64-column box of the B the pair shares, multicast into both CTAs (the partner loads
 // the rest), all completing on full[n % stages] of the CTA they land in, which expects the whole
-// stage. The slot must be free in both CTAs: once this CTA's consumers released it (`empty`),
-// the producer tells the partner's producer (an arrive on the partner's `peer`), then waits for
-// the partner's word on its own `peer`. The consumers' code is the unpaired tile's: a remote
-// arrive there cost the 128 x 256 tile's consumers spills.
+// stage. The slot must be free in both CTAs: this CTA's consumers released it (`empty`), and
+// the partner's relay thread said its consumers did (this CTA's `peer`; gemm_run's relay). The
+// consumers' code is the unpaired tile's: a remote arrive there cost the 128 x 256 tile's
+// consumers spills.
 template <typename S>
 __device__ __forceinline__ bool load_stage_pair(const KernelArgs& a, unsigned n,
                                                 unsigned char* ring, u64* full, u64* empty,
@@ -338,7 +338,6 @@ __device__ __forceinline__ bool load_stage_pair(const KernelArgs& a, unsigned n,
   if (n >= static_cast<unsigned>(S::kStages)) {
     const unsigned parity = ((n / S::kStages) - 1) & 1;
     if (!mbar_wait(a, empty + s, parity, s)) return false;
-    mbar_arrive_peer(peer + s);
     if (!mbar_wait(a, peer + s, parity, s)) return false;
   }
   unsigned char* st = ring + s * S::kStageBytes;
@@ -579,7 +578,38 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
     cluster_sync();
   else
     __syncthreads();
+  // A pair's relay reads where the producer starts before the producer moves it on.
+  unsigned relay_from = 0;
+  int relay_skip = 0;
+  if constexpr (kPair) {
+    relay_from = ps->next_load;
+    relay_skip = ps->prefetched_args == args ? ps->prefetched : 0;
+    __syncthreads();
+  }
   if (wg == 0) {
+    if constexpr (kPair) {
+      // The relay (warp 1's first thread): as this CTA's consumers release each slot the
+      // producer reloads (the loads below, in order), it tells the partner's producer, one hop
+      // from consumer to partner, never held up behind the producer's own waits.
+      if (t == 32) {
+        unsigned n = relay_from;
+        int loads = 0;
+        for (long long mt = m0; mt < m1; mt += BM)
+          for (long long nt = n0; nt < n1; nt += BN) loads += ktiles;
+        loads -= loads > 0 ? relay_skip : 0;
+        if (next_args != nullptr) {
+          const abi::GemmTileArgs& next = args_as<abi::GemmTileArgs>(next_args);
+          const int next_ktiles = static_cast<int>((next.k1 - next.k0 + kBK - 1) / kBK);
+          loads += next_ktiles < kStages ? next_ktiles : kStages;
+        }
+        for (const unsigned end = n + static_cast<unsigned>(loads); n < end; ++n) {
+          if (n < static_cast<unsigned>(kStages)) continue;
+          const int s = n % kStages;
+          if (!mbar_wait(a, empty + s, ((n / kStages) - 1) & 1, s)) break;
+          mbar_arrive_peer(peer + s);
+        }
+      }
+    }
     if (t == 0) {
       const TensorMap* map_a = job.map_a;
       const TensorMap* map_b = job.map_b;

@@ -38,7 +38,7 @@ TEST_CASE("gemm model: candidates are the template's tiles, fastest first") {
 
 // 2-CTA clusters (tune/gemm_model.cc, kUnalignedRowCost): where B's rows are not 128-byte
 // multiples apart, loading half of B per CTA is what the H100 measured faster (3000 x 5000 x 4000:
-// 213 us paired, 280 unpaired); where they are, the pair's fixed cost makes the unpaired tile
+// 202 us paired, 281 unpaired); where they are, the pair's fixed cost makes the unpaired tile
 // the pick. Only 128 x 256, unsplit, with the row blocks in pairs.
 TEST_CASE("gemm model: 2-CTA pairs where B's rows are unaligned, not elsewhere") {
   const GemmProblem ragged{3000, 5000, 4000, 132, true, true};
