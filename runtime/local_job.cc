@@ -154,18 +154,8 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
     if (cluster_ > 1) {
       // In clusters, what counts is how many clusters fit at once (an SM a cluster cannot pair
       // with stays idle): the runtime's own count for this kernel and its launch.
-      CUlaunchAttribute attr{};
-      attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      attr.value.clusterDim.x = static_cast<unsigned>(cluster_);
-      attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
-      CUlaunchConfig cfg{};
-      cfg.gridDimX = static_cast<unsigned>(ctas);
-      cfg.gridDimY = cfg.gridDimZ = 1;
-      cfg.blockDimX = static_cast<unsigned>(threads);
-      cfg.blockDimY = cfg.blockDimZ = 1;
-      cfg.sharedMemBytes = static_cast<unsigned>(smem_);
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
+      CUlaunchAttribute attr;
+      const CUlaunchConfig cfg = cluster_launch(ctas, threads, smem_, cluster_, nullptr, &attr);
       int clusters = 0;
       MKC_CU(d, cuOccupancyMaxActiveClusters, &clusters, rk.fn, &cfg);
       if (static_cast<int64_t>(clusters) * cluster_ < static_cast<int64_t>(ctas) * k) {

@@ -25,6 +25,27 @@
 
 namespace mkc::rt {
 
+// The launch of a kernel in clusters of `cluster` CTAs along x (`attr`, the caller's, holds the
+// cluster dimension the config points at): for cuLaunchKernelEx and the residency check
+// (cuOccupancyMaxActiveClusters) alike.
+inline CUlaunchConfig cluster_launch(int ctas, int threads, int smem, int cluster, CUstream stream,
+                                     CUlaunchAttribute* attr) {
+  *attr = CUlaunchAttribute{};
+  attr->id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr->value.clusterDim.x = static_cast<unsigned>(cluster);
+  attr->value.clusterDim.y = attr->value.clusterDim.z = 1;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = static_cast<unsigned>(ctas);
+  cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = static_cast<unsigned>(threads);
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = static_cast<unsigned>(smem);
+  cfg.hStream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 struct LocalJob::Rank {
   bool local = false;
   CUdevice dev{};

@@ -34,19 +34,8 @@ void LocalJob::enqueue(int r, CUstream stream) {
   void* params[] = {&args};
   if (cluster_ > 1) {
     // Paired GEMM tiles (templates/mkc/gemm_sm90.cuh): CTAs 2c and 2c + 1 form a cluster.
-    CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = static_cast<unsigned>(cluster_);
-    attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
-    CUlaunchConfig cfg{};
-    cfg.gridDimX = static_cast<unsigned>(ctas_);
-    cfg.gridDimY = cfg.gridDimZ = 1;
-    cfg.blockDimX = static_cast<unsigned>(threads_);
-    cfg.blockDimY = cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = static_cast<unsigned>(smem_);
-    cfg.hStream = stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    CUlaunchAttribute attr;
+    const CUlaunchConfig cfg = cluster_launch(ctas_, threads_, smem_, cluster_, stream, &attr);
     MKC_CU(d, cuLaunchKernelEx, &cfg, rk.fn, params, nullptr);
     return;
   }
