@@ -24,7 +24,7 @@ std::optional<Tuned> tune_schedule(std::shared_ptr<const dsl::SourceFile> file, 
   int64_t ctas = options.check.sms;
   for (const plan::Role& r : base->plans[index].roles)
     if (r.name == "compute") ctas = r.count;
-  const std::vector<tune::TunableGemm> gemms = tune::tunable_gemms(s, ctas);
+  const std::vector<tune::TunableGemm> gemms = tune::tunable_gemms(s, ctas, options.check.sms);
   if (gemms.empty()) return std::nullopt;
   const std::string name = s.name;
   // Each measurement compiles the whole file with the trial's knobs for this schedule only.

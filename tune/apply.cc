@@ -80,21 +80,15 @@ compiler::TunedFor tuned_from_db(const std::string& path,
   };
 }
 
-std::vector<TunableGemm> tunable_gemms(const compiler::CheckedSchedule& s, int64_t compute_ctas) {
+std::vector<TunableGemm> tunable_gemms(const compiler::CheckedSchedule& s, int64_t compute_ctas,
+                                       int64_t sms) {
   std::vector<TunableGemm> out;
   for (const compiler::OpInstance& op : s.ops) {
     if (op.kind != compiler::OpKind::kGemm || !op.tile.empty()) continue;
     if (std::any_of(out.begin(), out.end(), [&](const TunableGemm& g) { return g.op == op.name; }))
       continue;
-    TunableGemm g;
-    g.op = op.name;
-    g.problem.M = op.outputs[0].shape[0];
-    g.problem.N = op.outputs[0].shape[1];
-    g.problem.K = op.inputs[0].shape[1];
-    g.problem.ctas = compute_ctas;
-    // As the lowering decides (compiler/passes/lower_compute.cc, lower_gemm).
-    g.problem.splittable = tune::split_allowed(g.problem.K, op.has_rows_from);
-    out.push_back(g);
+    // The problem the lowering ranks this GEMM's candidates by.
+    out.push_back(TunableGemm{op.name, plan::gemm_problem(s, op, compute_ctas, sms, true)});
   }
   return out;
 }

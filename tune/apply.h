@@ -43,7 +43,9 @@ struct TunableGemm {
   std::string op;
   GemmProblem problem;
 };
-std::vector<TunableGemm> tunable_gemms(const compiler::CheckedSchedule& s, int64_t compute_ctas);
+// `compute_ctas` of the kernel's `sms` CTAs run them.
+std::vector<TunableGemm> tunable_gemms(const compiler::CheckedSchedule& s, int64_t compute_ctas,
+                                       int64_t sms);
 
 // Microseconds per launch of the schedule compiled with `knobs` (ops not named: the model's pick).
 using Measure = std::function<double(const Knobs& knobs)>;

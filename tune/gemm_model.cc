@@ -103,7 +103,8 @@ double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t spl
   const double a_bytes = 2.0 * static_cast<double>(bm * part_k);
   // A pair's CTAs each load half of the B they share (TMA multicast brings the other half); rows
   // that are not 128-byte multiples apart cost more than their bytes.
-  const double b_cost = (p.N * 2) % 128 == 0 ? 1.0 : kUnalignedRowCost;
+  const double b_cost =
+      ((p.b_pitch > 0 ? p.b_pitch : p.N) * 2) % 128 == 0 ? 1.0 : kUnalignedRowCost;
   const double b_bytes =
       2.0 * static_cast<double>(bn * part_k) * b_cost / static_cast<double>(cluster);
   const int64_t running = std::min(tasks, ctas);
@@ -126,7 +127,9 @@ double predict_gemm_us(const GemmProblem& p, int64_t bm, int64_t bn, int64_t spl
       static_cast<double>(p.M * p.N) * (parts > 1 ? 8.0 * static_cast<double>(parts) - 2.0 : 2.0);
   const double memory_us =
       (2.0 * static_cast<double>(p.M * p.K + p.K * p.N) + out_bytes) / kHbmBytesPerUs;
-  double us = kLaunchUs + std::max(compute_us, memory_us);
+  // Staging copies run before the tiles that read their rows, at about HBM speed.
+  double us = kLaunchUs + std::max(compute_us, memory_us) +
+              static_cast<double>(p.staged_bytes) / kHbmBytesPerUs;
   if (parts > 1) {
     const double tile_bytes = static_cast<double>(std::min(p.M, bm) * bn) * 4.0;
     us += static_cast<double>(waves) * (kSplitWaveUs + tile_bytes / kPartialBytesPerUs +

@@ -20,6 +20,10 @@ struct GemmProblem {
   int64_t ctas = 132;       // compute CTAs of the kernel
   bool splittable = false;  // split-K allowed (K >= 2048, plain row order)
   bool pairs = false;       // 2-CTA clusters allowed (plain row order, an even CTA count)
+  // Elements between the rows of the B the tiles read (0: N; a staged B's padded rows, GemmStaging
+  // in compiler/passes/lower.h), and the bytes staging copies before the tiles start.
+  int64_t b_pitch = 0;
+  int64_t staged_bytes = 0;
 };
 
 struct GemmCandidate {

@@ -1,6 +1,10 @@
 // copy: rows [r0, r1) of the source view into the same rows of the destination. Views {X, Y}
-// (abi.h, CopyArgs). Device code: templates/mkc/movement.cuh (copy_rows).
+// (abi.h, CopyArgs). Y's rows may be longer than X's (a GEMM's staged operand,
+// compiler/passes/lower.h, GemmStaging): each row of X goes to the start of Y's, the rest of Y's
+// row is left as it is. Device code: templates/mkc/movement.cuh (copy_rows).
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "compiler/kinds/kind.h"
 #include "compiler/kinds/kinds.h"
@@ -23,10 +27,11 @@ class Copy final : public Kind {
   void execute(const Memory& mem, const Task& t) const override {
     const View &x = t.views[0], &y = t.views.back();
     const abi::CopyArgs c = plan::args_as<abi::CopyArgs>(t);
-    const int64_t row = product(y.shape, 1);
+    const int64_t xrow = product(x.shape, 1), yrow = product(y.shape, 1);
     const std::vector<double>& from = mem.of(x);
     std::vector<double>& to = mem.of(y);
-    for (int64_t e = c.r0 * row; e < c.r1 * row; ++e) to[y.offset + e] = from[x.offset + e];
+    for (int64_t r = c.r0; r < c.r1; ++r)
+      std::copy_n(from.begin() + x.offset + r * xrow, xrow, to.begin() + y.offset + r * yrow);
   }
 
   void emit(Source& s, const Task& t) const override {

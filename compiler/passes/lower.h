@@ -9,6 +9,7 @@
 
 #include "compiler/plan/plan.h"
 #include "dsl/source.h"
+#include "tune/gemm_model.h"
 
 namespace mkc::plan {
 
@@ -64,5 +65,26 @@ struct LowerOptions {
 };
 
 Plan lower(const compiler::CheckedSchedule& schedule, const LowerOptions& options = {});
+
+// The operands a GEMM copies before its tiles read them (lower_compute.cc, lower_gemm): TMA loads
+// only rows that start 16 bytes apart on 16-byte boundaries (compiler/kinds/kinds.h,
+// tma_rows_ok), so a 16-bit A or B whose rows do not would run the SIMT tile, some 50x slower
+// than the tensor cores. Such an operand is staged: copied into a buffer of the compiler's whose
+// rows are `pitch` elements apart (a multiple of 64: 128 bytes, where B's loads run at full
+// speed, tune/gemm_model.cc). 0: not staged.
+struct GemmStaging {
+  int64_t a_pitch = 0;  // A [M, K] into [M, a_pitch]
+  int64_t b_pitch = 0;  // B [K, N] into [K, b_pitch]
+  // Bytes the copies read and write.
+  int64_t bytes(int64_t M, int64_t N, int64_t K) const {
+    return 4 * ((a_pitch > 0 ? M * K : 0) + (b_pitch > 0 ? K * N : 0));
+  }
+};
+GemmStaging gemm_staging(const compiler::CheckedSchedule& s, const compiler::OpInstance& op);
+
+// The cost model's problem (tune/gemm_model.h) for GEMM `op` with `compute_ctas` of `sms` CTAs
+// and split-K allowed or not: the one the lowering ranks candidates by, and `mkc tune` too.
+tune::GemmProblem gemm_problem(const compiler::CheckedSchedule& s, const compiler::OpInstance& op,
+                               int64_t compute_ctas, int64_t sms, bool split_k);
 
 }  // namespace mkc::plan

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "compiler/kinds/kinds.h"
 #include "compiler/passes/lowerer.h"
 #include "compiler/passes/schedule.h"
 #include "tune/gemm_model.h"
@@ -23,6 +24,43 @@ static int64_t kernel_compute_ctas(const compiler::CheckedSchedule& s, int64_t s
   return plan::compute_ctas(s.roles, any_comm, true, sms);
 }
 
+GemmStaging gemm_staging(const compiler::CheckedSchedule& s, const OpInstance& op) {
+  GemmStaging st;
+  const compiler::DType ta = s.tensors[op.inputs[0].tensor].dtype,
+                        tb = s.tensors[op.inputs[1].tensor].dtype;
+  // The tensor-core tiles take two 16-bit operands of one type (compiler/kinds/gemm_tile.cc);
+  // other GEMMs run the SIMT tile whatever their rows.
+  if (ta != tb || !kinds::is_16bit(ta)) return st;
+  // A row's bytes and its start's (the flat offset of the use's index prefix).
+  const auto misaligned = [&](const TensorUse& u) {
+    const std::vector<int64_t>& shape = s.tensors[u.tensor].shape;
+    int64_t offset = 0;
+    for (size_t i = 0; i < u.index.size(); ++i) offset += u.index[i] * product(shape, i + 1);
+    return (u.shape.back() * 2) % 16 != 0 || (offset * 2) % 16 != 0;
+  };
+  const auto padded = [](int64_t n) { return cdiv(n, 64) * 64; };
+  if (misaligned(op.inputs[0])) st.a_pitch = padded(op.inputs[0].shape[1]);
+  if (misaligned(op.inputs[1])) st.b_pitch = padded(op.inputs[1].shape[1]);
+  return st;
+}
+
+tune::GemmProblem gemm_problem(const compiler::CheckedSchedule& s, const OpInstance& op,
+                               int64_t compute_ctas, int64_t sms, bool split_k) {
+  tune::GemmProblem p;
+  p.M = op.outputs[0].shape[0];
+  p.N = op.outputs[0].shape[1];
+  p.K = op.inputs[0].shape[1];
+  p.ctas = compute_ctas;
+  p.splittable = split_k && tune::split_allowed(p.K, op.has_rows_from);
+  const GemmStaging st = gemm_staging(s, op);
+  p.b_pitch = st.b_pitch;
+  p.staged_bytes = st.bytes(p.M, p.N, p.K);
+  // Pairs keep their halves first on their CTAs with nothing to wait for (plan/schedule.cc, the
+  // pair rule): tiles ordered by arriving chunks, or waiting for staged operands, do not.
+  p.pairs = !op.has_rows_from && sms % 2 == 0 && p.staged_bytes == 0;
+  return p;
+}
+
 // gemm_tile (abi::GemmTileArgs): views {A, B, C[, bias]}; C[m0:m1, n0:n1] = fn(A[m0:m1, k0:k1] x
 // B[k0:k1, n0:n1] (+ bias)). Without tile(...) or with tile(auto), the tile and split are the
 // cost model's pick (tune/gemm_model.h), or a tuning database's entry; the decision is in the
@@ -38,13 +76,16 @@ static int64_t kernel_compute_ctas(const compiler::CheckedSchedule& s, int64_t s
 // every part declares C's tile as a scatter write (one of them writes it), so C's consumers wait
 // for all of them. Only with K >= 2048 (each part keeps a pipeline's worth of steps) and plain
 // row order (rows_from orders tiles by arriving chunks).
+//
+// Staging (GemmStaging in lower.h): a 16-bit A or B whose rows TMA cannot load is first copied,
+// by copy tasks of this operation, into a buffer of the compiler's with padded rows,
+// `<op>.a_staged` [M, pitch] or `<op>.b_staged` [K, pitch], and the tiles read that.
 void Lowerer::lower_gemm(int i) {
   const OpInstance& op = s_.ops[i];
   const int64_t M = op.outputs[0].shape[0], N = op.outputs[0].shape[1];
   const int64_t K = op.inputs[0].shape[1];
   const auto bias = op.tensor_args.find("bias");
   const int64_t ctas = kernel_compute_ctas(s_, opts_.sms);
-  const bool splittable = tune::split_allowed(K, op.has_rows_from) && opts_.split_k;
   int64_t bm = 128, bn = 128, bk = 64;
   std::string why;
   const LowerOptions::Tuned* tuned = nullptr;
@@ -52,8 +93,8 @@ void Lowerer::lower_gemm(int i) {
   int64_t model_cluster = 1;  // and its clusters
   // The cost model's candidates, fastest first (tune/gemm_model.h): its pick, and the runner-up
   // the decision names.
-  const tune::GemmProblem problem{M,    N,          K,
-                                  ctas, splittable, !op.has_rows_from && opts_.sms % 2 == 0};
+  const tune::GemmProblem problem = gemm_problem(s_, op, ctas, opts_.sms, opts_.split_k);
+  const GemmStaging staging = gemm_staging(s_, op);
   const std::vector<tune::GemmCandidate> candidates = tune::gemm_candidates(problem);
   if (op.tile.empty() && opts_.tuned != nullptr) {
     const auto it = opts_.tuned->find(op.name);
@@ -82,6 +123,7 @@ void Lowerer::lower_gemm(int i) {
   const int64_t mb = cdiv(M, bm), nb = cdiv(N, bn);
   // Split-K parts: the database's or the model's; with tile(...), as many as the idle compute
   // CTAs allow, each at least 1024 deep, at most 8.
+  const bool splittable = problem.splittable;
   int64_t parts = 1, part_k = K;
   const int64_t chosen_parts = tuned != nullptr ? tuned->split_k : model_parts;
   if (tuned != nullptr || model_parts > 0) {
@@ -120,6 +162,8 @@ void Lowerer::lower_gemm(int i) {
       no = fmt::format("{} compute CTAs of {} do not pair up", ctas, opts_.sms);
     else if (op.has_rows_from)
       no = "rows_from orders the tiles by arriving chunks";
+    else if (staging.a_pitch > 0 || staging.b_pitch > 0)
+      no = "the tiles wait for staged operands";
     if (no.empty()) {
       why += "; 2-CTA clusters sharing B (TMA multicast)";
     } else {
@@ -137,6 +181,22 @@ void Lowerer::lower_gemm(int i) {
       break;
     }
   }
+  // Staging (GemmStaging): A is copied in the tiles' row blocks (a tile waits for its own rows
+  // only), B in blocks of rows spread over the compute CTAs (each tile waits for all of them).
+  // The staged buffers are zero from the load on and their padding is never written, so the
+  // tiles' k steps past K multiply zeros.
+  const auto stage = [&](int64_t pitch, const TensorUse& u, const char* what, const char* name) {
+    if (pitch == 0) return -1;
+    const compiler::Tensor& t = s_.tensors[u.tensor];
+    why += fmt::format("; {} staged: its rows ({} bytes{}) copied to rows of {} bytes for TMA",
+                       what, u.shape[1] * 2, u.index.empty() ? "" : " in a slice", pitch * 2);
+    const int b = add_buffer(name_of(op) + name, t.dtype, {u.shape[0], pitch}, false);
+    plan_.buffers[b].zeroed = true;
+    return b;
+  };
+  const int a_staged = stage(staging.a_pitch, op.inputs[0], "A", ".a_staged");
+  const int b_staged = stage(staging.b_pitch, op.inputs[1], "B", ".b_staged");
+  const int64_t b_stage_rows = std::max<int64_t>(64, cdiv(cdiv(K, ctas), 64) * 64);
   plan_.decisions.push_back(
       Decision{name_of(op), fmt::format("tile({}, {}, {})", bm, bn, bk),
                (op.tile.empty() && tuned == nullptr ? "default: " : "") + why});
@@ -155,7 +215,34 @@ void Lowerer::lower_gemm(int i) {
     // at the same time (consecutive tasks, dealt round-robin) then share A rows and B columns
     // in L2. A rotated start (rows_from) keeps plain row order: chunks arrive in that order.
     const int64_t group = op.has_rows_from ? 1 : 8;
-    const View a = view(op.inputs[0], r), bv = view(op.inputs[1], r), c = view(op.outputs[0], r);
+    View a = view(op.inputs[0], r), bv = view(op.inputs[1], r);
+    const View c = view(op.outputs[0], r);
+    // A copy task of rows [r0, r1) of `from` into the staged buffer; the tiles then read that.
+    const auto copy = [&](const View& from, const View& to, int64_t r0, int64_t r1,
+                          const std::string& label) {
+      Task t = task(i, r, TaskKind::kCopy, label);
+      t.views = {from, to};
+      t.reads = {box(from, {r0}, {r1})};
+      t.writes = {box(to, {r0}, {r1})};
+      set_args(t, abi::CopyArgs{r0, r1});
+      emit(std::move(t));
+    };
+    if (a_staged >= 0) {
+      const View to{static_cast<int>(r), a_staged, 0, {M, staging.a_pitch}};
+      for (int64_t j = 0; j < mb; ++j) {
+        const int64_t b = (start + j) % mb;  // in the tiles' row order
+        copy(a, to, b * bm, std::min(M, (b + 1) * bm),
+             fmt::format("{}.stage_a({})", name_of(op), b));
+      }
+      a = to;
+    }
+    if (b_staged >= 0) {
+      const View to{static_cast<int>(r), b_staged, 0, {K, staging.b_pitch}};
+      for (int64_t k0 = 0; k0 < K; k0 += b_stage_rows)
+        copy(bv, to, k0, std::min(K, k0 + b_stage_rows),
+             fmt::format("{}.stage_b({})", name_of(op), k0 / b_stage_rows));
+      bv = to;
+    }
     for (int64_t idx = 0; idx < mb * nb; ++idx) {
       const int64_t g0 = idx / (group * nb) * group, gsize = std::min(group, mb - g0);
       const int64_t within = idx - g0 * nb;

@@ -1,5 +1,6 @@
-// Data movement tasks: copy (whole leading rows) and send (a box of any rank, to this rank's or a
-// peer's memory; every put, shift and collective phase that moves data is a send).
+// Data movement tasks: copy (whole leading rows, into rows as long or longer) and send (a box of
+// any rank, to this rank's or a peer's memory; every put, shift and collective phase that moves
+// data is a send).
 //
 // Boxes move in 16-byte vectors where every run starts 16-byte aligned in every view and is a
 // whole number of vectors, several loads in flight per thread; otherwise element by element.
@@ -36,14 +37,52 @@ __device__ __forceinline__ void cta_copy(T* dst, const T* src, long long n) {
   for (long long e = done + threadIdx.x; e < n; e += blockDim.x) dst[e] = src[e];
 }
 
-// copy: rows [r0, r1) of the leading dimension, Y = X. Views {X, Y}.
+// `rows` rows of `xrow` elements, src rows xrow apart to dst rows yrow apart, as words of type W
+// (both pointers and both row pitches whole words): a warp per row, its lanes on consecutive
+// words, four in flight.
+template <typename W, typename T>
+__device__ __forceinline__ void copy_pitched_as(T* dst, const T* src, long long rows,
+                                                long long xrow, long long yrow) {
+  constexpr long long E = sizeof(W) / sizeof(T);
+  const long long words = xrow / E, xw = xrow / E, yw = yrow / E;
+  const W* s = reinterpret_cast<const W*>(src);
+  W* d = reinterpret_cast<W*>(dst);
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (long long r = threadIdx.x / 32; r < rows; r += warps) {
+    const W* sr = s + r * xw;
+    W* dr = d + r * yw;
+#pragma unroll 4
+    for (long long j = lane; j < words; j += 32) dr[j] = sr[j];
+  }
+}
+
+// copy: rows [r0, r1) of the leading dimension, Y = X. Views {X, Y}; Y's rows may be longer
+// (compiler/kinds/copy.cc): each X row goes to the start of Y's, the rest is left alone. Rows of
+// one length are one flat copy; pitched rows go as the widest words both layouts allow (a staged
+// GEMM operand's rows of 5,000 bytes: 8-byte words).
 template <typename T>
 __device__ void copy_rows(const KernelArgs& a, const View* v, const long long* args, int nb) {
   const abi::CopyArgs& c = args_as<abi::CopyArgs>(args);
-  const T* X = view_ptr<T>(a, v[0], nb);
-  T* Y = view_ptr<T>(a, v[1], nb);
-  const long long row = elems_from(v[1], 1);
-  cta_copy(Y + c.r0 * row, X + c.r0 * row, (c.r1 - c.r0) * row);
+  const long long xrow = elems_from(v[0], 1), yrow = elems_from(v[1], 1);
+  const T* X = view_ptr<T>(a, v[0], nb) + c.r0 * xrow;
+  T* Y = view_ptr<T>(a, v[1], nb) + c.r0 * yrow;
+  const long long rows = c.r1 - c.r0;
+  if (xrow == yrow) {
+    cta_copy(Y, X, rows * xrow);
+    return;
+  }
+  const unsigned long long bits = reinterpret_cast<uptr>(X) | reinterpret_cast<uptr>(Y) |
+                                  static_cast<unsigned long long>(xrow * sizeof(T)) |
+                                  static_cast<unsigned long long>(yrow * sizeof(T));
+  if ((bits & 15) == 0) {
+    copy_pitched_as<uint4>(Y, X, rows, xrow, yrow);
+  } else if ((bits & 7) == 0) {
+    copy_pitched_as<uint2>(Y, X, rows, xrow, yrow);
+  } else if ((bits & 3) == 0 && sizeof(T) <= 4) {
+    copy_pitched_as<unsigned>(Y, X, rows, xrow, yrow);
+  } else {
+    copy_pitched_as<T>(Y, X, rows, xrow, yrow);
+  }
 }
 
 // A send's box (args {range[, dst range]}, abi.h): its corner in src (lo) and in dst (lo2), its

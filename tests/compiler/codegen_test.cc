@@ -316,8 +316,8 @@ TEST_CASE("GEMM: split-K parts reduce in the last part's epilogue, and compile w
 
 // Which GEMM tile the generator picks, and what it asks the runtime for: the wgmma tile (three
 // warpgroups, a ring of dynamic shared memory, a TMA descriptor per operand view with the tile's
-// boxes) where the rows are 16-byte aligned bf16/f16, the portable tile otherwise; the default
-// tile follows the shape.
+// boxes) for bf16/f16 (operands whose rows TMA cannot load staged into padded rows), the portable
+// tile otherwise; the default tile follows the shape.
 TEST_CASE("GEMM: the tile template, its tensor maps and the default tile for the shape") {
   const auto gemm = [](const char* ab, int64_t m, int64_t n, int64_t k, const char* tile) {
     return std::make_shared<dsl::SourceFile>(
@@ -357,8 +357,24 @@ TEST_CASE("GEMM: the tile template, its tensor maps and the default tile for the
     CHECK(c->plans[0].decisions.at(0).reason.rfind("default: the cost model's pick", 0) == 0);
   }
   {
-    // Rows of 100 bf16 (200 bytes) cannot be TMA boxes: the portable tile, no maps, 256 threads.
+    // Rows of 100 bf16 (200 bytes) cannot be TMA boxes: A is staged into rows of 128 (256 bytes)
+    // and the tiles read that with TMA (its map spans the padded rows; columns past K are zero).
     auto c = build(gemm("bf16", 256, 256, 100, " tile(128, 128, 64)"), 1);
+    const plan::Plan& p = c->plans[0];
+    CHECK(p.decisions.at(0).reason.find("A staged: its rows (200 bytes) copied to rows of 256 "
+                                        "bytes for TMA") != std::string::npos);
+    CHECK(c->kernels[0].source.find("gemm_tile_tma<__nv_bfloat16, float, float, 128, 128>") !=
+          std::string::npos);
+    CHECK(c->kernels[0].source.find("mkc::copy_rows<__nv_bfloat16>") != std::string::npos);
+    REQUIRE(c->kernels[0].tensor_maps.size() == 2u);
+    CHECK(c->kernels[0].tensor_maps[0].cols == 128);
+    CHECK(p.buffers.at(c->kernels[0].tensor_maps[0].buffer).name == "mm.a_staged");
+  }
+  {
+    // fp8 operands: no tensor-core tile takes them yet, so nothing is staged: the portable tile,
+    // no maps, 256 threads.
+    auto c = build(gemm("fp8_e4m3", 256, 256, 100, " tile(128, 128, 64)"), 1);
+    CHECK(c->plans[0].decisions.at(0).reason.find("staged") == std::string::npos);
     CHECK(c->kernels[0].tensor_maps.empty());
     CHECK(c->kernels[0].threads == 256);
     CHECK(c->kernels[0].dynamic_smem == 0);

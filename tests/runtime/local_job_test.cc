@@ -137,11 +137,10 @@ GPU_TEST_CASE("every sample on the local GPUs matches the reference over three l
 
 // The GEMM tile paths: the TMA + wgmma template (templates/mkc/gemm_sm90.cuh) with 128 x 256,
 // 128 x 128, 64 x 128 and 64 x 256 tiles and the swapped ones of 8, 16 and 32 rows, ragged M, N
-// and K (TMA zero fill, guarded stores), f16
-// inputs with an f32 output, bias plus a device-function epilogue; and the portable tile where TMA
-// cannot go (rows of 200 bytes are not 16-byte multiples). Each against the fp64 reference on
-// random data.
-GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; the portable tile") {
+// and K (TMA zero fill, guarded stores), f16 inputs with an f32 output, bias plus a
+// device-function epilogue; and operands whose rows TMA cannot load (not 16-byte multiples),
+// staged into padded rows first. Each against the fp64 reference on fresh random data.
+GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; staged operands") {
   const plan::HostFns fns = {
       {"softplus", [](const std::vector<double>& a) { return std::log1p(std::exp(a[0])); }}};
   struct Variant {
@@ -163,16 +162,20 @@ GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; the 
       {"f16_swap_m13_f32out", "f16", "f32", "64, 256, 64", 13, 296, 136, true},
       {"bf16_swap_m92", "bf16", "bf16", "64, 128, 64", 92, 392, 136, true},
       {"bf16_swap_n64", "bf16", "bf16", "64, 64, 64", 5, 200, 136, true},
-      {"bf16_portable", "bf16", "bf16", "128, 128, 64", 130, 70, 100, false},
+      // Staged operands (compiler/passes/lower.h, GemmStaging): rows of 200 and 140 bytes (A and
+      // B, neither a 16-byte multiple) and of 2,002 bytes (A alone) are copied into padded rows
+      // first, and the tensor-core tile reads those.
+      {"bf16_staged_ab", "bf16", "bf16", "128, 128, 64", 130, 70, 100, true},
+      {"f16_staged_a_f32out", "f16", "f32", "128, 256, 64", 300, 520, 1001, true},
       // Split-K (K >= 2048 and few tiles: templates/mkc/split_k.cuh): each part stores its sums,
       // the tile's last applies bias and softplus to the whole; a ragged last part, the swapped
-      // tiles, and the portable tile's CTA-wide sum (N 70: rows not 16-byte aligned). (softplus
+      // tiles, and staged A and B (K 2100, N 70: rows not 16-byte multiples). (softplus
       // is x past 20: at these K some sums pass 88, where f32 expf overflows to inf.)
       {"bf16_split_128", "bf16", "bf16", "128, 128, 64", 200, 392, 4160, true},
       {"f16_split_64x256_f32out", "f16", "f32", "64, 256, 64", 100, 520, 8256, true},
       {"bf16_split_swap_m13", "bf16", "bf16", "64, 128, 64", 13, 296, 3000, true},
       {"bf16_split_swap_n64", "bf16", "bf16", "64, 64, 64", 5, 200, 8192, true},
-      {"bf16_split_portable", "bf16", "bf16", "128, 128, 64", 130, 70, 2100, false},
+      {"bf16_split_staged", "bf16", "bf16", "128, 128, 64", 130, 70, 2100, true},
   };
   for (const Variant& v : variants) {
     SUBCASE(v.name) {

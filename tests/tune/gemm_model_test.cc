@@ -63,6 +63,27 @@ TEST_CASE("gemm model: 2-CTA pairs where B's rows are unaligned, not elsewhere")
   }
 }
 
+// A staged B (compiler/passes/lower.h, GemmStaging: rows not 16-byte multiples, copied into rows
+// of a multiple of 128 bytes): the tiles read aligned rows, so no unaligned-row cost and no pairs
+// (the tiles wait for the copies), and the copies' bytes add their time at HBM speed.
+TEST_CASE("gemm model: a staged B reads aligned rows after its copies") {
+  GemmProblem staged{8192, 2500, 4096, 132, true, false};
+  staged.b_pitch = 2560;
+  GemmProblem plain = staged;
+  plain.b_pitch = 0;
+  GemmProblem aligned = staged;
+  aligned.N = 2560;
+  aligned.b_pitch = 0;
+  // Rows 5,120 bytes apart cost what 2,560 columns' aligned rows cost, less the 60 columns' work.
+  const double st = mkc::tune::predict_gemm_us(staged, 128, 256, 1);
+  CHECK(st < mkc::tune::predict_gemm_us(plain, 128, 256, 1));
+  CHECK(st <= mkc::tune::predict_gemm_us(aligned, 128, 256, 1));
+  staged.staged_bytes = 4 * 4096 * 2500;  // B read and written once
+  CHECK(mkc::tune::predict_gemm_us(staged, 128, 256, 1) ==
+        doctest::Approx(st + 4.0 * 4096 * 2500 / 3.0e6));
+  for (const auto& x : mkc::tune::gemm_candidates(staged)) CHECK(x.cluster == 1);
+}
+
 TEST_CASE("gemm model: memory bounds a decode GEMM; a split fills the idle CTAs") {
   // 16 x 8192 x 7168: no candidate beats the weights' (117 MB) time from HBM; 32 tiles of
   // 64 x 256 leave 100 CTAs idle without a split, each streaming its strip alone.

@@ -141,7 +141,7 @@ TEST_CASE("tune search: the fastest measurement wins, each one has a line, the b
   mkc::compiler::CheckOptions options;
   const auto c = gemm16(&options);
   REQUIRE(c->ok());
-  const auto gemms = mkc::tune::tunable_gemms(c->checked[0], 132);
+  const auto gemms = mkc::tune::tunable_gemms(c->checked[0], 132, 132);
   REQUIRE(gemms.size() == 1);
   CHECK(gemms[0].op == "mm");
   CHECK(gemms[0].problem.M == 16);

@@ -819,7 +819,7 @@ int tune_schedules(const std::shared_ptr<const dsl::SourceFile>& file, const Fla
     int64_t ctas = f.check.sms;
     for (const plan::Role& r : c->plans[k].roles)
       if (r.name == "compute") ctas = r.count;
-    const std::vector<tune::TunableGemm> gemms = tune::tunable_gemms(s, ctas);
+    const std::vector<tune::TunableGemm> gemms = tune::tunable_gemms(s, ctas, f.check.sms);
     const tune::Key key = tune::tune_key(*file, s, f.check, dev.arch());
     if (only_missing && (gemms.empty() || tune::lookup(db, key, nullptr).has_value())) continue;
     if (gemms.empty()) {
@@ -1078,7 +1078,8 @@ int cmd_tune(const std::vector<std::string>& args, std::ostream& out, std::ostre
       int64_t ctas = f.check.sms;
       for (const plan::Role& r : c->plans[k].roles)
         if (r.name == "compute") ctas = r.count;
-      const std::vector<tune::TunableGemm> gemms = tune::tunable_gemms(c->checked[k], ctas);
+      const std::vector<tune::TunableGemm> gemms =
+          tune::tunable_gemms(c->checked[k], ctas, f.check.sms);
       fmt::print(out, "{}: schedule {}: {} GEMM(s) without tile(...), {} compute CTAs\n",
                  f.files[0], c->checked[k].name, gemms.size(), ctas);
       for (const tune::TunableGemm& g : gemms) {
