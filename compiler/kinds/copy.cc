@@ -1,7 +1,8 @@
 // copy: rows [r0, r1) of the source view into the same rows of the destination. Views {X, Y}
 // (abi.h, CopyArgs). Y's rows may be longer than X's (a GEMM's staged operand,
-// compiler/passes/lower.h, GemmStaging): each row of X goes to the start of Y's, the rest of Y's
-// row is left as it is. Device code: templates/mkc/movement.cuh (copy_rows).
+// compiler/passes/lower.h, GemmStaging): each row of X goes to the start of Y's, and the rest of
+// Y's row is no data of X's (the device may zero the rest of the row's last 16-byte word; the
+// staged operands are zero there anyway). Device code: templates/mkc/movement.cuh (copy_rows).
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -181,8 +181,10 @@ void Lowerer::lower_gemm(int i) {
       break;
     }
   }
-  // Staging (GemmStaging): A is copied in the tiles' row blocks (a tile waits for its own rows
-  // only), B in blocks of rows spread over the compute CTAs (each tile waits for all of them).
+  // Staging (GemmStaging): A is copied in the tiles' row blocks, each cut in two while that
+  // leaves a copy for every other compute CTA (a tile waits for its own rows' copies only), B in
+  // blocks of rows spread over the compute CTAs (each tile waits for all of them): a copy runs
+  // at one SM's rate, so the more CTAs share it the sooner the tiles start.
   // The staged buffers are zero from the load on and their padding is never written, so the
   // tiles' k steps past K multiply zeros.
   const auto stage = [&](int64_t pitch, const TensorUse& u, const char* what, const char* name) {
@@ -196,7 +198,10 @@ void Lowerer::lower_gemm(int i) {
   };
   const int a_staged = stage(staging.a_pitch, op.inputs[0], "A", ".a_staged");
   const int b_staged = stage(staging.b_pitch, op.inputs[1], "B", ".b_staged");
-  const int64_t b_stage_rows = std::max<int64_t>(64, cdiv(cdiv(K, ctas), 64) * 64);
+  int64_t a_stage_rows = bm;
+  while (a_stage_rows % 2 == 0 && a_stage_rows > 16 && 2 * cdiv(M, a_stage_rows) <= ctas)
+    a_stage_rows /= 2;
+  const int64_t b_stage_rows = cdiv(cdiv(K, ctas), 16) * 16;
   plan_.decisions.push_back(
       Decision{name_of(op), fmt::format("tile({}, {}, {})", bm, bn, bk),
                (op.tile.empty() && tuned == nullptr ? "default: " : "") + why});
@@ -231,8 +236,9 @@ void Lowerer::lower_gemm(int i) {
       const View to{static_cast<int>(r), a_staged, 0, {M, staging.a_pitch}};
       for (int64_t j = 0; j < mb; ++j) {
         const int64_t b = (start + j) % mb;  // in the tiles' row order
-        copy(a, to, b * bm, std::min(M, (b + 1) * bm),
-             fmt::format("{}.stage_a({})", name_of(op), b));
+        for (int64_t r0 = b * bm; r0 < std::min(M, (b + 1) * bm); r0 += a_stage_rows)
+          copy(a, to, r0, std::min({M, (b + 1) * bm, r0 + a_stage_rows}),
+               fmt::format("{}.stage_a({})", name_of(op), r0 / a_stage_rows));
       }
       a = to;
     }
