@@ -76,13 +76,24 @@ class Deriver {
     // (rank, buffer).
     by_op_rank_.assign(ops.size(), std::vector<std::vector<int>>(p_.ranks));
     notified_.resize(p_.tasks.size());
-    written_.resize(p_.tasks.size());
     awaited_on_.resize(p_.tasks.size());
+    op_of_.resize(p_.tasks.size());
+    rank_of_.resize(p_.tasks.size());
+    scatters_.assign(p_.tasks.size(), 0);
+    written_at_.assign(1, 0);
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
-      for (const Box& b : task.writes) written_[t].push_back(b.rank);
-      std::sort(written_[t].begin(), written_[t].end());
-      written_[t].erase(std::unique(written_[t].begin(), written_[t].end()), written_[t].end());
+      op_of_[t] = task.op;
+      rank_of_[t] = task.rank;
+      const auto first = written_ranks_.end() - written_ranks_.begin();
+      for (const Box& b : task.writes) {
+        written_ranks_.push_back(b.rank);
+        scatters_[t] = scatters_[t] || b.scatter;
+      }
+      std::sort(written_ranks_.begin() + first, written_ranks_.end());
+      written_ranks_.erase(std::unique(written_ranks_.begin() + first, written_ranks_.end()),
+                           written_ranks_.end());
+      written_at_.push_back(written_ranks_.size());
       if (task.op < 0) continue;
       notified_[t] = notified(task);
       for (int r : notified_[t]) by_op_rank_[task.op][r].push_back(static_cast<int>(t));
@@ -173,10 +184,18 @@ class Deriver {
   // attention at 2 ranks).
   bool ordered(int producer, int consumer) const {
     if (ordered_[producer] == consumer) return true;
-    const int op = p_.tasks[producer].op;
+    const int op = op_of_[producer];
     if (op < 0 || whole_[op] != consumer) return false;
     const std::vector<int>& to = notified_[producer];
-    return std::binary_search(to.begin(), to.end(), p_.tasks[consumer].rank);
+    return std::binary_search(to.begin(), to.end(), rank_of_[consumer]);
+  }
+
+  // Whether task t writes into `rank`. An all-to-all's sender has a box per destination: its
+  // ranks are looked up, not walked.
+  bool writes_into(int t, int rank) const {
+    const auto first = written_ranks_.begin() + static_cast<std::ptrdiff_t>(written_at_[t]);
+    const auto last = written_ranks_.begin() + static_cast<std::ptrdiff_t>(written_at_[t + 1]);
+    return std::binary_search(first, last, rank);
   }
 
   // How a signal from task `from` reaches a counter of rank `to`: the same GPU, a peer of the node
@@ -243,13 +262,17 @@ class Deriver {
   void wait_for(int consumer, const std::vector<int>& producers) {
     const int rank = p_.tasks[consumer].rank;
     std::map<std::pair<int, int>, std::vector<int>> groups;  // (op, rank or -1) -> producers
+    std::pair<int, int> last_key;
+    std::vector<int>* last = nullptr;  // groups[last_key]: producers come in runs of one group
     for (int p : producers) {
       if (p == consumer || ordered(p, consumer)) continue;
-      const Task& pt = p_.tasks[p];
-      // An all-to-all's sender has a box per destination: its ranks are looked up, not walked.
-      const bool fenced =
-          pt.rank == rank || std::binary_search(written_[p].begin(), written_[p].end(), rank);
-      groups[{pt.op, fenced ? -1 : pt.rank}].push_back(p);
+      const bool fenced = rank_of_[p] == rank || writes_into(p, rank);
+      const std::pair<int, int> key = {op_of_[p], fenced ? -1 : rank_of_[p]};
+      if (last == nullptr || key != last_key) {
+        last_key = key;
+        last = &groups[key];
+      }
+      last->push_back(p);
     }
     for (auto& [key, set] : groups) {
       const int op = key.first;
@@ -483,13 +506,9 @@ class Deriver {
     // Operations with a scatter-writing task that t waits for by an edge of its own.
     std::vector<int> awaited_ops;
     for (int p : producers) {
-      if (ordered_[p] != t || p_.tasks[p].op < 0) continue;
-      for (const Box& b : p_.tasks[p].writes) {
-        if (b.scatter) {
-          awaited_ops.push_back(p_.tasks[p].op);
-          break;
-        }
-      }
+      if (ordered_[p] != t || op_of_[p] < 0 || !scatters_[p]) continue;
+      // One entry per run: an all-to-all's readers wait for thousands of its senders.
+      if (awaited_ops.empty() || awaited_ops.back() != op_of_[p]) awaited_ops.push_back(op_of_[p]);
     }
     std::sort(awaited_ops.begin(), awaited_ops.end());
     auto may_be_awaited = [&](int op) {
@@ -621,7 +640,13 @@ class Deriver {
   std::vector<std::vector<int>> awaited_on_;
   std::vector<std::vector<char>> op_reach_;
   std::vector<std::vector<int>> notified_;  // task -> notified(task)
-  std::vector<std::vector<int>> written_;   // task -> the ranks it writes into, ascending
+  // Per task, apart from the tasks themselves: a consumer's producers (8,192 for a combine's
+  // reducer at 64 ranks) are each looked at, and a Task's fields lie a cache miss apart.
+  std::vector<int> op_of_, rank_of_;
+  std::vector<char> scatters_;  // task -> it writes a scatter box
+  // The ranks task t writes into, ascending: written_ranks_[written_at_[t] .. written_at_[t + 1]).
+  std::vector<size_t> written_at_;
+  std::vector<int> written_ranks_;
   std::unordered_map<uint64_t, std::vector<WriterQuery>> writer_queries_;  // writers_of's kept
   std::vector<int> found_;                                                 // writers_of's scratch
   std::vector<int> ordered_;  // task -> the last consumer given an edge from it (ordered())
