@@ -80,6 +80,8 @@ class Deriver {
     op_of_.resize(p_.tasks.size());
     rank_of_.resize(p_.tasks.size());
     scatters_.assign(p_.tasks.size(), 0);
+    fenced_for_.assign(p_.tasks.size(), -1);
+    fenced_.assign(p_.tasks.size(), 0);
     written_at_.assign(1, 0);
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
@@ -266,7 +268,11 @@ class Deriver {
     std::vector<int>* last = nullptr;  // groups[last_key]: producers come in runs of one group
     for (int p : producers) {
       if (p == consumer || ordered(p, consumer)) continue;
-      const bool fenced = rank_of_[p] == rank || writes_into(p, rank);
+      if (fenced_for_[p] != rank) {
+        fenced_for_[p] = rank;
+        fenced_[p] = rank_of_[p] == rank || writes_into(p, rank);
+      }
+      const bool fenced = fenced_[p];
       const std::pair<int, int> key = {op_of_[p], fenced ? -1 : rank_of_[p]};
       if (last == nullptr || key != last_key) {
         last_key = key;
@@ -647,6 +653,11 @@ class Deriver {
   // The ranks task t writes into, ascending: written_ranks_[written_at_[t] .. written_at_[t + 1]).
   std::vector<size_t> written_at_;
   std::vector<int> written_ranks_;
+  // wait_for's answer for producer t, whether it runs on or writes into rank fenced_for_[t]: a
+  // rank's reducers of a combine ask it of the same senders one after another, and looking it up
+  // in written_ranks_ (2 MB at 64 ranks) missed the cache for each.
+  std::vector<int> fenced_for_;
+  std::vector<char> fenced_;
   std::unordered_map<uint64_t, std::vector<WriterQuery>> writer_queries_;  // writers_of's kept
   std::vector<int> found_;                                                 // writers_of's scratch
   std::vector<int> ordered_;  // task -> the last consumer given an edge from it (ordered())
