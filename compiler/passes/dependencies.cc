@@ -23,33 +23,33 @@ namespace {
 class BoxIndex {
  public:
   void add(const Plan& p, int task, const Box* b) {
-    if (writers_.empty() || writers_.back().box->lo != b->lo || writers_.back().box->hi != b->hi) {
+    if (boxes_.empty() || boxes_.back().first->lo != b->lo || boxes_.back().first->hi != b->hi) {
       const auto [first, end] = flat_span(p.buffers[b->buffer], *b);
-      index_.add(first, end, writers_.size());
-      writers_.push_back({b, {}});
+      index_.add(first, end, boxes_.size());
+      boxes_.push_back({b, tasks_.size()});
     }
-    writers_.back().tasks.push_back(task);
+    tasks_.push_back(task);
   }
-  void finish() { index_.finish(); }
+  void finish() {
+    index_.finish();
+    boxes_.push_back({nullptr, tasks_.size()});  // the end of the last box's tasks
+  }
   // Calls fn(task) for every entry that overlaps q (exactly, not only by span).
   template <typename F>
   void overlapping(const Plan& p, const Box& q, F&& fn) const {
     const auto [first, end] = flat_span(p.buffers[q.buffer], q);
     index_.overlapping(first, end, [&](const auto& e) {
-      const Writers& w = writers_[e.value];
-      if (!w.box->overlaps(q)) return;
-      for (const int t : w.tasks) fn(t);
+      if (!boxes_[e.value].first->overlaps(q)) return;
+      for (size_t i = boxes_[e.value].second; i < boxes_[e.value + 1].second; ++i) fn(tasks_[i]);
     });
   }
 
  private:
-  // A box and the tasks that write it, in the order they were added.
-  struct Writers {
-    const Box* box;
-    std::vector<int> tasks;
-  };
-  std::vector<Writers> writers_;
-  SpanIndex<size_t> index_;  // span -> its place in writers_
+  // Each distinct box with the place of its first writer in tasks_; its writers run up to the
+  // next box's.
+  std::vector<std::pair<const Box*, size_t>> boxes_;
+  std::vector<int> tasks_;   // the writers, in the order they were added
+  SpanIndex<size_t> index_;  // span -> its place in boxes_
 };
 
 // A task's access to a box, as the credit frontier holds it.
