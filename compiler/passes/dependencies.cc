@@ -240,7 +240,7 @@ class Deriver {
     Task& c = p_.tasks[consumer];
     awaited(producer, c.rank);
     const Task& pr = p_.tasks[producer];
-    auto key = std::make_pair(producer, c.rank);
+    const uint64_t key = (static_cast<uint64_t>(producer) << 32) | static_cast<uint32_t>(c.rank);
     auto it = done_.find(key);
     if (it == done_.end()) {
       const int ev = p_.add_event(c.rank, fmt::format("{}@r{}.done", pr.label, pr.rank));
@@ -662,7 +662,9 @@ class Deriver {
   std::vector<int> found_;                                                 // writers_of's scratch
   std::vector<int> ordered_;  // task -> the last consumer given an edge from it (ordered())
   std::vector<int> whole_;    // operation -> the last consumer waiting for all of it (ordered())
-  std::map<std::pair<int, int>, int> done_;                   // (producer, rank) -> its counter
+  // (producer << 32 | rank) -> its counter; hashed: every edge looks it up, and as a tree (with
+  // all_done_, of the same type then) it was 4.6% of gemm_allreduce's rank 0 of 64.
+  std::unordered_map<uint64_t, int> done_;
   std::map<std::pair<int, std::vector<int>>, int> set_done_;  // (rank, producers) -> counter
   std::map<std::pair<int, int>, int> all_done_;               // (operation, rank) -> its counter
   std::set<std::pair<int, int>> all_waits_;                   // (consumer task, counter)
