@@ -34,15 +34,17 @@ class BoxIndex {
     index_.finish();
     boxes_.push_back({nullptr, tasks_.size()});  // the end of the last box's tasks
   }
-  // Calls fn(task) for every entry that overlaps q (exactly, not only by span).
+  // Calls fn(begin, end) for every box that overlaps q (exactly, not only by span): its writers
+  // are task(begin) .. task(end - 1).
   template <typename F>
   void overlapping(const Plan& p, const Box& q, F&& fn) const {
     const auto [first, end] = flat_span(p.buffers[q.buffer], q);
     index_.overlapping(first, end, [&](const auto& e) {
-      if (!boxes_[e.value].first->overlaps(q)) return;
-      for (size_t i = boxes_[e.value].second; i < boxes_[e.value + 1].second; ++i) fn(tasks_[i]);
+      if (boxes_[e.value].first->overlaps(q))
+        fn(boxes_[e.value].second, boxes_[e.value + 1].second);
     });
   }
+  int task(size_t i) const { return tasks_[i]; }
 
  private:
   // Each distinct box with the place of its first writer in tasks_; its writers run up to the
@@ -346,24 +348,33 @@ class Deriver {
           }
         }
       }
+      const BoxIndex& index = it->second;
       if (kept != nullptr) {
-        for (int w : kept->writers) fn(w);
+        for (const auto& [begin, end] : kept->runs) {
+          for (size_t i = begin; i < end; ++i) fn(index.task(i));
+        }
         continue;
       }
-      std::vector<int>& found = found_;  // reused: most queries find a few writers
+      std::vector<std::pair<size_t, size_t>>& found = found_;  // reused: most find a few boxes
       found.clear();
-      it->second.overlapping(p_, r, [&](int w) { found.push_back(w); });
-      for (int w : found) fn(w);
-      if (found.size() >= kKeptQuery) writer_queries_[h].push_back(WriterQuery{op, &r, found});
+      size_t writers = 0;
+      index.overlapping(p_, r, [&](size_t begin, size_t end) {
+        found.emplace_back(begin, end);
+        writers += end - begin;
+        for (size_t i = begin; i < end; ++i) fn(index.task(i));
+      });
+      if (writers >= kKeptQuery) writer_queries_[h].push_back(WriterQuery{op, &r, found});
     }
   }
 
   // A kept writers_of query: the box (a task's read, which lives as long as the plan) and what it
-  // found.
+  // found, as runs of the index's writers (BoxIndex::task): a combine's reducer finds every
+  // sender of the world, 8,192 at 64 ranks, in one run (held as task numbers, each reducer's
+  // query was 32 KB kept).
   struct WriterQuery {
     int op;
     const Box* box;
-    std::vector<int> writers;
+    std::vector<std::pair<size_t, size_t>> runs;
   };
   static constexpr size_t kKeptQuery = 16;
   static uint64_t query_hash(int op, const Box& b) {
@@ -659,7 +670,7 @@ class Deriver {
   std::vector<int> fenced_for_;
   std::vector<char> fenced_;
   std::unordered_map<uint64_t, std::vector<WriterQuery>> writer_queries_;  // writers_of's kept
-  std::vector<int> found_;                                                 // writers_of's scratch
+  std::vector<std::pair<size_t, size_t>> found_;                           // writers_of's scratch
   std::vector<int> ordered_;  // task -> the last consumer given an edge from it (ordered())
   std::vector<int> whole_;    // operation -> the last consumer waiting for all of it (ordered())
   // (producer << 32 | rank) -> its counter; hashed: every edge looks it up, and as a tree (with
