@@ -16,25 +16,42 @@ namespace {
 
 // The boxes of one buffer on one rank, by flat span (compiler/plan/box_index.h): a query visits the
 // boxes whose spans meet its own, not every box of the buffer (a GEMM's C has thousands of tiles,
-// a ring's slot thousands of chunks).
+// a ring's slot thousands of chunks). A box added right after an equal one joins its entry, so a
+// query checks it once for all its writers: every sender of an all-to-all or a combine writes the
+// same whole buffer of each rank (8,192 boxes of one entry at 64 ranks), and each reader of a
+// chunk of it checked every one.
 class BoxIndex {
  public:
   void add(const Plan& p, int task, const Box* b) {
-    const auto [first, end] = flat_span(p.buffers[b->buffer], *b);
-    index_.add(first, end, std::make_pair(task, b));
+    if (boxes_.empty() || boxes_.back().first->lo != b->lo || boxes_.back().first->hi != b->hi) {
+      const auto [first, end] = flat_span(p.buffers[b->buffer], *b);
+      index_.add(first, end, boxes_.size());
+      boxes_.push_back({b, tasks_.size()});
+    }
+    tasks_.push_back(task);
   }
-  void finish() { index_.finish(); }
-  // Calls fn(task) for every entry that overlaps q (exactly, not only by span).
+  void finish() {
+    index_.finish();
+    boxes_.push_back({nullptr, tasks_.size()});  // the end of the last box's tasks
+  }
+  // Calls fn(begin, end) for every box that overlaps q (exactly, not only by span): its writers
+  // are task(begin) .. task(end - 1).
   template <typename F>
   void overlapping(const Plan& p, const Box& q, F&& fn) const {
     const auto [first, end] = flat_span(p.buffers[q.buffer], q);
     index_.overlapping(first, end, [&](const auto& e) {
-      if (e.value.second->overlaps(q)) fn(e.value.first);
+      if (boxes_[e.value].first->overlaps(q))
+        fn(boxes_[e.value].second, boxes_[e.value + 1].second);
     });
   }
+  int task(size_t i) const { return tasks_[i]; }
 
  private:
-  SpanIndex<std::pair<int, const Box*>> index_;
+  // Each distinct box with the place of its first writer in tasks_; its writers run up to the
+  // next box's.
+  std::vector<std::pair<const Box*, size_t>> boxes_;
+  std::vector<int> tasks_;   // the writers, in the order they were added
+  SpanIndex<size_t> index_;  // span -> its place in boxes_
 };
 
 // A task's access to a box, as the credit frontier holds it.
@@ -61,13 +78,26 @@ class Deriver {
     // (rank, buffer).
     by_op_rank_.assign(ops.size(), std::vector<std::vector<int>>(p_.ranks));
     notified_.resize(p_.tasks.size());
-    written_.resize(p_.tasks.size());
     awaited_on_.resize(p_.tasks.size());
+    op_of_.resize(p_.tasks.size());
+    rank_of_.resize(p_.tasks.size());
+    scatters_.assign(p_.tasks.size(), 0);
+    fenced_for_.assign(p_.tasks.size(), -1);
+    fenced_.assign(p_.tasks.size(), 0);
+    written_at_.assign(1, 0);
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
-      for (const Box& b : task.writes) written_[t].push_back(b.rank);
-      std::sort(written_[t].begin(), written_[t].end());
-      written_[t].erase(std::unique(written_[t].begin(), written_[t].end()), written_[t].end());
+      op_of_[t] = task.op;
+      rank_of_[t] = task.rank;
+      const auto first = written_ranks_.end() - written_ranks_.begin();
+      for (const Box& b : task.writes) {
+        written_ranks_.push_back(b.rank);
+        scatters_[t] = scatters_[t] || b.scatter;
+      }
+      std::sort(written_ranks_.begin() + first, written_ranks_.end());
+      written_ranks_.erase(std::unique(written_ranks_.begin() + first, written_ranks_.end()),
+                           written_ranks_.end());
+      written_at_.push_back(written_ranks_.size());
       if (task.op < 0) continue;
       notified_[t] = notified(task);
       for (int r : notified_[t]) by_op_rank_[task.op][r].push_back(static_cast<int>(t));
@@ -114,7 +144,9 @@ class Deriver {
       std::vector<std::pair<LiveSpanIndex<Access>*, size_t>> superseded;
       data_edges(static_cast<int>(t), &producers);
       credits(static_cast<int>(t), &producers, &superseded);
-      std::sort(producers.begin(), producers.end());
+      // Often in order already: the readers of a whole buffer's writers get them in task order.
+      if (!std::is_sorted(producers.begin(), producers.end()))
+        std::sort(producers.begin(), producers.end());
       producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
       wait_for(static_cast<int>(t), producers);
       retire_awaited(static_cast<int>(t), producers, &superseded);
@@ -156,10 +188,18 @@ class Deriver {
   // attention at 2 ranks).
   bool ordered(int producer, int consumer) const {
     if (ordered_[producer] == consumer) return true;
-    const int op = p_.tasks[producer].op;
+    const int op = op_of_[producer];
     if (op < 0 || whole_[op] != consumer) return false;
     const std::vector<int>& to = notified_[producer];
-    return std::binary_search(to.begin(), to.end(), p_.tasks[consumer].rank);
+    return std::binary_search(to.begin(), to.end(), rank_of_[consumer]);
+  }
+
+  // Whether task t writes into `rank`. An all-to-all's sender has a box per destination: its
+  // ranks are looked up, not walked.
+  bool writes_into(int t, int rank) const {
+    const auto first = written_ranks_.begin() + static_cast<std::ptrdiff_t>(written_at_[t]);
+    const auto last = written_ranks_.begin() + static_cast<std::ptrdiff_t>(written_at_[t + 1]);
+    return std::binary_search(first, last, rank);
   }
 
   // How a signal from task `from` reaches a counter of rank `to`: the same GPU, a peer of the node
@@ -202,7 +242,7 @@ class Deriver {
     Task& c = p_.tasks[consumer];
     awaited(producer, c.rank);
     const Task& pr = p_.tasks[producer];
-    auto key = std::make_pair(producer, c.rank);
+    const uint64_t key = (static_cast<uint64_t>(producer) << 32) | static_cast<uint32_t>(c.rank);
     auto it = done_.find(key);
     if (it == done_.end()) {
       const int ev = p_.add_event(c.rank, fmt::format("{}@r{}.done", pr.label, pr.rank));
@@ -226,13 +266,21 @@ class Deriver {
   void wait_for(int consumer, const std::vector<int>& producers) {
     const int rank = p_.tasks[consumer].rank;
     std::map<std::pair<int, int>, std::vector<int>> groups;  // (op, rank or -1) -> producers
+    std::pair<int, int> last_key;
+    std::vector<int>* last = nullptr;  // groups[last_key]: producers come in runs of one group
     for (int p : producers) {
       if (p == consumer || ordered(p, consumer)) continue;
-      const Task& pt = p_.tasks[p];
-      // An all-to-all's sender has a box per destination: its ranks are looked up, not walked.
-      const bool fenced =
-          pt.rank == rank || std::binary_search(written_[p].begin(), written_[p].end(), rank);
-      groups[{pt.op, fenced ? -1 : pt.rank}].push_back(p);
+      if (fenced_for_[p] != rank) {
+        fenced_for_[p] = rank;
+        fenced_[p] = rank_of_[p] == rank || writes_into(p, rank);
+      }
+      const bool fenced = fenced_[p];
+      const std::pair<int, int> key = {op_of_[p], fenced ? -1 : rank_of_[p]};
+      if (last == nullptr || key != last_key) {
+        last_key = key;
+        last = &groups[key];
+      }
+      last->push_back(p);
     }
     for (auto& [key, set] : groups) {
       const int op = key.first;
@@ -300,24 +348,33 @@ class Deriver {
           }
         }
       }
+      const BoxIndex& index = it->second;
       if (kept != nullptr) {
-        for (int w : kept->writers) fn(w);
+        for (const auto& [begin, end] : kept->runs) {
+          for (size_t i = begin; i < end; ++i) fn(index.task(i));
+        }
         continue;
       }
-      std::vector<int>& found = found_;  // reused: most queries find a few writers
+      std::vector<std::pair<size_t, size_t>>& found = found_;  // reused: most find a few boxes
       found.clear();
-      it->second.overlapping(p_, r, [&](int w) { found.push_back(w); });
-      for (int w : found) fn(w);
-      if (found.size() >= kKeptQuery) writer_queries_[h].push_back(WriterQuery{op, &r, found});
+      size_t writers = 0;
+      index.overlapping(p_, r, [&](size_t begin, size_t end) {
+        found.emplace_back(begin, end);
+        writers += end - begin;
+        for (size_t i = begin; i < end; ++i) fn(index.task(i));
+      });
+      if (writers >= kKeptQuery) writer_queries_[h].push_back(WriterQuery{op, &r, found});
     }
   }
 
   // A kept writers_of query: the box (a task's read, which lives as long as the plan) and what it
-  // found.
+  // found, as runs of the index's writers (BoxIndex::task): a combine's reducer finds every
+  // sender of the world, 8,192 at 64 ranks, in one run (held as task numbers, each reducer's
+  // query was 32 KB kept).
   struct WriterQuery {
     int op;
     const Box* box;
-    std::vector<int> writers;
+    std::vector<std::pair<size_t, size_t>> runs;
   };
   static constexpr size_t kKeptQuery = 16;
   static uint64_t query_hash(int op, const Box& b) {
@@ -466,13 +523,9 @@ class Deriver {
     // Operations with a scatter-writing task that t waits for by an edge of its own.
     std::vector<int> awaited_ops;
     for (int p : producers) {
-      if (ordered_[p] != t || p_.tasks[p].op < 0) continue;
-      for (const Box& b : p_.tasks[p].writes) {
-        if (b.scatter) {
-          awaited_ops.push_back(p_.tasks[p].op);
-          break;
-        }
-      }
+      if (ordered_[p] != t || op_of_[p] < 0 || !scatters_[p]) continue;
+      // One entry per run: an all-to-all's readers wait for thousands of its senders.
+      if (awaited_ops.empty() || awaited_ops.back() != op_of_[p]) awaited_ops.push_back(op_of_[p]);
     }
     std::sort(awaited_ops.begin(), awaited_ops.end());
     auto may_be_awaited = [&](int op) {
@@ -487,7 +540,9 @@ class Deriver {
         for (const auto& [scatter_op, index] : it->second) {
           if (!may_be_awaited(scatter_op)) continue;
           LiveSpanIndex<Access>* idx = index;  // not a structured binding: captured below
-          idx->overlapping_marked(first, end, [&](size_t other) {
+          // Only a peer's write inside `mine` can be covered: one over a whole buffer (an
+          // all-to-all's) is not even visited from its readers' chunks.
+          idx->contained_marked(first, end, [&](size_t other) {
             const Access& a = idx->entry(other).value;
             if (a.task != t && a.write && a.box->rank != p_.tasks[a.task].rank &&
                 contains(mine, *a.box) && ordered(a.task, t))
@@ -602,12 +657,25 @@ class Deriver {
   std::vector<std::vector<int>> awaited_on_;
   std::vector<std::vector<char>> op_reach_;
   std::vector<std::vector<int>> notified_;  // task -> notified(task)
-  std::vector<std::vector<int>> written_;   // task -> the ranks it writes into, ascending
+  // Per task, apart from the tasks themselves: a consumer's producers (8,192 for a combine's
+  // reducer at 64 ranks) are each looked at, and a Task's fields lie a cache miss apart.
+  std::vector<int> op_of_, rank_of_;
+  std::vector<char> scatters_;  // task -> it writes a scatter box
+  // The ranks task t writes into, ascending: written_ranks_[written_at_[t] .. written_at_[t + 1]).
+  std::vector<size_t> written_at_;
+  std::vector<int> written_ranks_;
+  // wait_for's answer for producer t, whether it runs on or writes into rank fenced_for_[t]: a
+  // rank's reducers of a combine ask it of the same senders one after another, and looking it up
+  // in written_ranks_ (2 MB at 64 ranks) missed the cache for each.
+  std::vector<int> fenced_for_;
+  std::vector<char> fenced_;
   std::unordered_map<uint64_t, std::vector<WriterQuery>> writer_queries_;  // writers_of's kept
-  std::vector<int> found_;                                                 // writers_of's scratch
+  std::vector<std::pair<size_t, size_t>> found_;                           // writers_of's scratch
   std::vector<int> ordered_;  // task -> the last consumer given an edge from it (ordered())
   std::vector<int> whole_;    // operation -> the last consumer waiting for all of it (ordered())
-  std::map<std::pair<int, int>, int> done_;                   // (producer, rank) -> its counter
+  // (producer << 32 | rank) -> its counter; hashed: every edge looks it up, and as a tree (with
+  // all_done_, of the same type then) it was 4.6% of gemm_allreduce's rank 0 of 64.
+  std::unordered_map<uint64_t, int> done_;
   std::map<std::pair<int, std::vector<int>>, int> set_done_;  // (rank, producers) -> counter
   std::map<std::pair<int, int>, int> all_done_;               // (operation, rank) -> its counter
   std::set<std::pair<int, int>> all_waits_;                   // (consumer task, counter)

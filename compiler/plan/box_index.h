@@ -75,8 +75,10 @@ class SpanIndex {
 
 // The same over a fixed set of spans, each alive or not: queries see only the live ones, and
 // entries are switched on and off in O(log n). All spans are added (dead) before finish(). Entries
-// added `marked` can also be queried alone (overlapping_marked), in time that grows with the
-// marked ones only: the dependency pass looks for peers' writes among every task's accesses.
+// added `marked` can also be queried alone, for those inside a span (contained_marked), in time
+// that grows with the marked ones found: the dependency pass looks for peers' writes that one of
+// a task's accesses covers, and an all-to-all's peers' writes each span a whole buffer, which an
+// overlap query returned to every chunk's reader of it (R^2 x chunks visits at 64 ranks).
 template <typename Payload>
 class LiveSpanIndex {
  public:
@@ -101,14 +103,14 @@ class LiveSpanIndex {
     size_ = 1;
     while (size_ < entries_.size()) size_ *= 2;
     max_end_.assign(2 * size_, INT64_MIN);
-    max_end_marked_.assign(2 * size_, INT64_MIN);
+    min_end_marked_.assign(2 * size_, INT64_MAX);
   }
   void set_alive(size_t handle, bool alive) {
     Entry& e = entries_[handle];
     if (e.alive == alive) return;
     e.alive = alive;
     update(max_end_, size_ + slot_[handle], alive ? e.end : INT64_MIN);
-    if (e.marked) update(max_end_marked_, size_ + slot_[handle], alive ? e.end : INT64_MIN);
+    if (e.marked) set_min(size_ + slot_[handle], alive ? e.end : INT64_MAX);
   }
   bool alive(size_t handle) const { return entries_[handle].alive; }
   const Entry& entry(size_t handle) const { return entries_[handle]; }
@@ -117,10 +119,15 @@ class LiveSpanIndex {
   void overlapping(int64_t first, int64_t end, F&& fn) const {
     query(max_end_, first, end, fn);
   }
-  // The same for the live entries added marked.
+  // Calls fn(handle) for every live entry added marked whose span lies inside [first, end).
   template <typename F>
-  void overlapping_marked(int64_t first, int64_t end, F&& fn) const {
-    query(max_end_marked_, first, end, fn);
+  void contained_marked(int64_t first, int64_t end, F&& fn) const {
+    auto starts_before = [&](size_t h, int64_t v) { return entries_[h].first < v; };
+    const size_t a = static_cast<size_t>(
+        std::lower_bound(order_.begin(), order_.end(), first, starts_before) - order_.begin());
+    const size_t b = static_cast<size_t>(
+        std::lower_bound(order_.begin(), order_.end(), end, starts_before) - order_.begin());
+    if (a < b) visit_contained(1, 0, size_, a, b, end, fn);
   }
 
  private:
@@ -136,6 +143,24 @@ class LiveSpanIndex {
   static void update(std::vector<int64_t>& tree, size_t i, int64_t end) {
     tree[i] = end;
     for (i /= 2; i >= 1; i /= 2) tree[i] = std::max(tree[2 * i], tree[2 * i + 1]);
+  }
+  void set_min(size_t i, int64_t end) {
+    min_end_marked_[i] = end;
+    for (i /= 2; i >= 1; i /= 2)
+      min_end_marked_[i] = std::min(min_end_marked_[2 * i], min_end_marked_[2 * i + 1]);
+  }
+  // fn(handle) for the entries at places [a, b) of order_ that min_end_marked_ says end by `end`.
+  template <typename F>
+  void visit_contained(size_t node, size_t lo, size_t hi, size_t a, size_t b, int64_t end,
+                       F& fn) const {
+    if (hi <= a || lo >= b || min_end_marked_[node] > end) return;
+    if (hi - lo == 1) {
+      fn(order_[lo]);
+      return;
+    }
+    const size_t mid = (lo + hi) / 2;
+    visit_contained(2 * node, lo, mid, a, b, end, fn);
+    visit_contained(2 * node + 1, mid, hi, a, b, end, fn);
   }
   template <typename F>
   void visit(const std::vector<int64_t>& tree, size_t node, size_t lo, size_t hi, size_t n,
@@ -153,7 +178,7 @@ class LiveSpanIndex {
   std::vector<size_t> order_;            // entries by first
   std::vector<size_t> slot_;             // entry -> its place in order_
   std::vector<int64_t> max_end_;         // over the live entries
-  std::vector<int64_t> max_end_marked_;  // over the live marked entries
+  std::vector<int64_t> min_end_marked_;  // over the live marked entries
   size_t size_ = 1;
 };
 
