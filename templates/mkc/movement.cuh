@@ -56,69 +56,82 @@ __device__ __forceinline__ void copy_pitched_as(T* dst, const T* src, long long 
   }
 }
 
-// Word k (0..7, the same in every lane of a warp) of w0:w1.
-__device__ __forceinline__ unsigned word_of(const uint4& w0, const uint4& w1, int k) {
-  unsigned r = w0.x;
-  r = k == 1 ? w0.y : r;
-  r = k == 2 ? w0.z : r;
-  r = k == 3 ? w0.w : r;
-  r = k == 4 ? w1.x : r;
-  r = k == 5 ? w1.y : r;
-  r = k == 6 ? w1.z : r;
-  r = k == 7 ? w1.w : r;
-  return r;
+// Word K (0..7) of w0:w1.
+template <int K>
+__device__ __forceinline__ unsigned word_at(const uint4& w0, const uint4& w1) {
+  const uint4& w = K < 4 ? w0 : w1;
+  constexpr int k = K % 4;
+  return k == 0 ? w.x : k == 1 ? w.y : k == 2 ? w.z : w.w;
 }
 
-// Bytes [16j, 16j + 16) of a row that starts `sh` bytes into the 16-byte word base[0] and is `n`
-// bytes long, from the aligned words base[j] and base[j + 1] (the second only where the row
-// reaches into it: no load past the row's last 16-byte word, which is inside its allocation);
-// bytes past the row's end are zero.
-__device__ __forceinline__ uint4 shifted_word(const uint4& w0, const uint4& w1, int sh,
-                                              long long rem) {
-  const int q = sh / 4, b = 8 * (sh % 4);
-  unsigned o[4];
+// One row of n bytes that starts 4Q + b/8 bytes into the aligned 16-byte word base[0] (its last
+// byte in base[last]), into the aligned words d[0 .. words): word j is bytes [16j, 16j + 16) of
+// the row, made of base[j] and base[j + 1] by a funnel shift (the second loaded only where the
+// row reaches into it: nothing past the row's last 16-byte word, which lies in its allocation),
+// zero past the row's end. A warp's lanes on consecutive words, eight in flight per lane.
+template <int Q>
+__device__ __forceinline__ void copy_row_shifted(uint4* d, const uint4* base, int b, long long n,
+                                                 long long words, long long last, int lane) {
+  constexpr int U = 8;
+  for (long long j0 = lane; j0 < words; j0 += U * 32) {
+    uint4 w0[U], w1[U];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    o[i] = __funnelshift_r(word_of(w0, w1, q + i), word_of(w0, w1, q + i + 1), b);
-    const long long valid = rem - 4 * i;  // bytes of this 4-byte word inside the row
-    if (valid < 4) o[i] &= valid <= 0 ? 0u : (1u << (8 * valid)) - 1u;
+    for (int u = 0; u < U; ++u) {
+      const long long j = j0 + u * 32;
+      w0[u] = w1[u] = make_uint4(0, 0, 0, 0);
+      if (j < words) w0[u] = base[j];
+      if (j < words && j + 1 <= last) w1[u] = base[j + 1];
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long j = j0 + u * 32;
+      if (j >= words) continue;
+      unsigned o[4] = {
+          __funnelshift_r(word_at<Q>(w0[u], w1[u]), word_at<Q + 1>(w0[u], w1[u]), b),
+          __funnelshift_r(word_at<Q + 1>(w0[u], w1[u]), word_at<Q + 2>(w0[u], w1[u]), b),
+          __funnelshift_r(word_at<Q + 2>(w0[u], w1[u]), word_at<Q + 3>(w0[u], w1[u]), b),
+          __funnelshift_r(word_at<Q + 3>(w0[u], w1[u]), word_at<Q + 4>(w0[u], w1[u]), b)};
+      const long long rem = n - 16 * j;  // the row's bytes from this word on
+      if (rem < 16) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const long long valid = rem - 4 * i;
+          if (valid < 4) o[i] &= valid <= 0 ? 0u : (1u << (8 * valid)) - 1u;
+        }
+      }
+      d[j] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
   }
-  return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
 // `rows` rows of `xrow` elements from src (rows xrow apart, any element alignment) to dst (16-byte
-// aligned, rows yrow apart, yrow elements a multiple of 16 bytes): each dst row is written in
-// 16-byte words made of the two aligned source words that hold its bytes (a funnel shift), up to
-// the word holding the row's last byte, zero past that byte. A warp per row, four words in flight
-// per lane: rows of any length move at 16-byte width (a staged GEMM operand of K 4001 bf16, whose
-// rows start 2 bytes apart from 16-byte boundaries).
+// aligned, rows yrow apart, yrow elements a multiple of 16 bytes), a warp per row
+// (copy_row_shifted): rows of any length move at 16-byte width (a staged GEMM operand of K 4001
+// bf16, whose rows start 2 bytes apart from 16-byte boundaries).
 template <typename T>
 __device__ __forceinline__ void copy_rows_shifted(T* dst, const T* src, long long rows,
                                                   long long xrow, long long yrow) {
-  constexpr int U = 4;
   const long long n = xrow * static_cast<long long>(sizeof(T)), words = (n + 15) / 16;
   const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
   for (long long r = threadIdx.x / 32; r < rows; r += warps) {
     const uptr from = reinterpret_cast<uptr>(src + r * xrow);
-    const int sh = static_cast<int>(from & 15);
+    const int sh = static_cast<int>(from & 15), b = 8 * (sh % 4);
     const uint4* base = reinterpret_cast<const uint4*>(from - sh);
-    // The aligned source words the row touches: base[0 .. last].
     const long long last = (sh + n - 1) / 16;
     uint4* d = reinterpret_cast<uint4*>(dst + r * yrow);
-    for (long long j0 = lane; j0 < words; j0 += U * 32) {
-      uint4 w0[U], w1[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const long long j = j0 + u * 32;
-        w0[u] = w1[u] = make_uint4(0, 0, 0, 0);
-        if (j < words) w0[u] = base[j];
-        if (j < words && sh != 0 && j + 1 <= last) w1[u] = base[j + 1];
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const long long j = j0 + u * 32;
-        if (j < words) d[j] = shifted_word(w0[u], w1[u], sh, n - 16 * j);
-      }
+    switch (sh / 4) {  // the same in the whole warp
+      case 0:
+        copy_row_shifted<0>(d, base, b, n, words, last, lane);
+        break;
+      case 1:
+        copy_row_shifted<1>(d, base, b, n, words, last, lane);
+        break;
+      case 2:
+        copy_row_shifted<2>(d, base, b, n, words, last, lane);
+        break;
+      default:
+        copy_row_shifted<3>(d, base, b, n, words, last, lane);
+        break;
     }
   }
 }
