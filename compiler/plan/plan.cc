@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -141,13 +143,53 @@ std::string dump(const json& j) {
   return j.dump(2, ' ', false, json::error_handler_t::replace);
 }
 
+// Text collected into a megabyte and handed to a sink a megabyte at a time. Not a std::string:
+// its append is compiled out of line (libstdc++ instantiates it once), a call and a capacity check
+// for each of a large plan's tens of millions of pieces of a few bytes.
+class Pieces {
+ public:
+  using Sink = std::function<void(std::string_view)>;
+  explicit Pieces(const Sink& sink) : sink_(sink), buf_(new char[kSize]) {}
+  // By string_view, whose length the call's literal gives (const char* would cost a strlen).
+  void put(std::string_view s) {
+    if (s.size() > kSize - used_) {
+      flush();
+      if (s.size() > kSize) {
+        sink_(s);
+        return;
+      }
+    }
+    std::memcpy(buf_.get() + used_, s.data(), s.size());
+    used_ += s.size();
+  }
+  void put(char c) {
+    if (used_ == kSize) flush();
+    buf_[used_++] = c;
+  }
+  void spaces(size_t n) {  // an indent: far under kSize
+    if (n > kSize - used_) flush();
+    std::memset(buf_.get() + used_, ' ', n);
+    used_ += n;
+  }
+  void flush() {
+    if (used_ > 0) sink_(std::string_view(buf_.get(), used_));
+    used_ = 0;
+  }
+
+ private:
+  static constexpr size_t kSize = 1 << 20;
+  const Sink& sink_;
+  std::unique_ptr<char[]> buf_;
+  size_t used_ = 0;
+};
+
 // The text of one task as dump(task_json(plan, i)) writes it, each line after the first indented
 // by `indent` more, written straight into `out`: the tree of a task took most of a large plan's
 // writing time (ring attention at 16 ranks: 5.9 s of 9). Keys in the tree's (sorted) order;
 // strings that need escaping (or may not be UTF-8) go through the tree's own serializer.
 class TaskText {
  public:
-  TaskText(std::string* out, int indent) : out_(*out), base_(indent) {}
+  TaskText(Pieces* out, int indent) : out_(*out), base_(indent) {}
 
   void task(const Plan& plan, size_t i) {
     const Task& t = plan.tasks[i];
@@ -180,7 +222,7 @@ class TaskText {
       put(",\n");
       key(3, "rank");
       integer(plan.events[sg.event].rank);
-      out_ += '\n';
+      out_.put('\n');
     });
     put(",\n");
     key(1, "waits");
@@ -192,7 +234,7 @@ class TaskText {
       put(",\n");
       key(3, "lag");
       integer(w.lag);
-      out_ += '\n';
+      out_.put('\n');
     });
     put(",\n");
     key(1, "writes");
@@ -203,14 +245,11 @@ class TaskText {
   }
 
  private:
-  // Fixed text through a string_view, whose length the call's literal gives: std::string's
-  // operator+=(const char*) is compiled out of line (libstdc++ instantiates it once), and measured
-  // the length with strlen at each of a large plan's tens of millions of pieces.
-  void put(std::string_view s) { out_.append(s.data(), s.size()); }
-  void pad(int level) { out_.append(static_cast<size_t>(base_ + 2 * level), ' '); }
+  void put(std::string_view s) { out_.put(s); }
+  void pad(int level) { out_.spaces(static_cast<size_t>(base_ + 2 * level)); }
   void key(int level, std::string_view name) {
     pad(level);
-    out_ += '"';
+    out_.put('"');
     put(name);
     put("\": ");
   }
@@ -218,7 +257,7 @@ class TaskText {
   // call: a large plan holds tens of millions of numbers.
   void integer(int64_t v) {
     const fmt::format_int text(v);
-    out_.append(text.data(), text.size());
+    out_.put(std::string_view(text.data(), text.size()));
   }
   void member(int level, std::string_view name, int64_t v) {
     key(level, name);
@@ -229,11 +268,11 @@ class TaskText {
     const bool plain = std::all_of(
         s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; });
     if (plain) {
-      out_ += '"';
+      out_.put('"');
       put(s);
-      out_ += '"';
+      out_.put('"');
     } else {
-      out_ += dump(json(std::string(s)));
+      out_.put(dump(json(std::string(s))));
     }
   }
   // An array of integers whose key is at `level`.
@@ -292,7 +331,7 @@ class TaskText {
     });
   }
 
-  std::string& out_;
+  Pieces& out_;
   int base_;
 };
 
@@ -310,24 +349,22 @@ nlohmann::json to_json(const Plan& plan) {
 // sorted), so the head's text ends where the tasks begin, and a task's own text, indented two
 // levels deeper, is what the whole tree's dump holds (tests/compiler/plan_test.cc).
 void write_json(const Plan& plan, const std::function<void(std::string_view)>& sink) {
-  std::string text = dump(head_json(plan));
-  text.resize(text.size() - 2);  // "\n}"
+  std::string head = dump(head_json(plan));
+  head.resize(head.size() - 2);  // "\n}"
+  Pieces text(sink);
+  text.put(head);
   if (plan.tasks.empty()) {
-    sink(text + ",\n  \"tasks\": []\n}\n");
+    text.put(",\n  \"tasks\": []\n}\n");
+    text.flush();
     return;
   }
-  text += ",\n  \"tasks\": [\n";
-  constexpr size_t kChunk = 1 << 20;
+  text.put(",\n  \"tasks\": [\n");
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
-    text += "    ";
+    text.spaces(4);
     TaskText(&text, 4).task(plan, i);
-    text += i + 1 < plan.tasks.size() ? ",\n" : "\n  ]\n}\n";
-    if (text.size() >= kChunk) {
-      sink(text);
-      text.clear();
-    }
+    text.put(i + 1 < plan.tasks.size() ? std::string_view(",\n") : "\n  ]\n}\n");
   }
-  sink(text);
+  text.flush();
 }
 
 }  // namespace mkc::plan
