@@ -3,16 +3,34 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "compiler/plan/box_index.h"
 #include "support/error.h"
 
 namespace mkc::plan {
 namespace {
+
+// A box's extent in its buffer's last dimension, held beside its flat span in the indexes below:
+// boxes whose spans meet may lie side by side (gemm_allreduce at 64 ranks: each 128x256 chunk's
+// span meets all 32 GEMM tiles of its 128-row band, one of which it overlaps), and comparing
+// these, stored in the index's own entries, rejects the others without Box::overlaps loading
+// each box's bounds from wherever its task keeps them. Box::overlaps compares this dimension too,
+// so a box these reject it rejects.
+struct Columns {
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  bool meet(const Columns& o) const { return lo < o.hi && o.lo < hi; }
+};
+Columns columns(const Buffer& buf, const Box& b) {
+  if (buf.shape.empty()) return {};
+  const size_t d = buf.shape.size() - 1;
+  return {b.lo[d], b.hi[d]};
+}
 
 // The boxes of one buffer on one rank, by flat span (compiler/plan/box_index.h): a query visits the
 // boxes whose spans meet its own, not every box of the buffer (a GEMM's C has thousands of tiles,
@@ -24,8 +42,9 @@ class BoxIndex {
  public:
   void add(const Plan& p, int task, const Box* b) {
     if (boxes_.empty() || boxes_.back().first->lo != b->lo || boxes_.back().first->hi != b->hi) {
-      const auto [first, end] = flat_span(p.buffers[b->buffer], *b);
-      index_.add(first, end, boxes_.size());
+      const Buffer& buf = p.buffers[b->buffer];
+      const auto [first, end] = flat_span(buf, *b);
+      index_.add(first, end, {boxes_.size(), columns(buf, *b)});
       boxes_.push_back({b, tasks_.size()});
     }
     tasks_.push_back(task);
@@ -38,10 +57,13 @@ class BoxIndex {
   // are task(begin) .. task(end - 1).
   template <typename F>
   void overlapping(const Plan& p, const Box& q, F&& fn) const {
-    const auto [first, end] = flat_span(p.buffers[q.buffer], q);
+    const Buffer& buf = p.buffers[q.buffer];
+    const auto [first, end] = flat_span(buf, q);
+    const Columns qc = columns(buf, q);
     index_.overlapping(first, end, [&](const auto& e) {
-      if (boxes_[e.value].first->overlaps(q))
-        fn(boxes_[e.value].second, boxes_[e.value + 1].second);
+      const size_t box = e.value.first;
+      if (e.value.second.meet(qc) && boxes_[box].first->overlaps(q))
+        fn(boxes_[box].second, boxes_[box + 1].second);
     });
   }
   int task(size_t i) const { return tasks_[i]; }
@@ -50,15 +72,16 @@ class BoxIndex {
   // Each distinct box with the place of its first writer in tasks_; its writers run up to the
   // next box's.
   std::vector<std::pair<const Box*, size_t>> boxes_;
-  std::vector<int> tasks_;   // the writers, in the order they were added
-  SpanIndex<size_t> index_;  // span -> its place in boxes_
+  std::vector<int> tasks_;                       // the writers, in the order they were added
+  SpanIndex<std::pair<size_t, Columns>> index_;  // span -> its place in boxes_, its columns
 };
 
 // A task's access to a box, as the credit frontier holds it.
 struct Access {
   int task;
+  bool write;  // beside task: in the padding before box
   const Box* box;
-  bool write;
+  Columns columns;  // the box's
 };
 
 class Deriver {
@@ -120,8 +143,8 @@ class Deriver {
           LiveSpanIndex<Access>& idx = frontier_[{b.rank, b.buffer, b.scatter ? task.op : -1}];
           const bool write = boxes == &task.writes;
           // Marked: a peer's write into this rank, what retire_awaited looks for.
-          own_[t].push_back({&idx, idx.add(first, end, Access{static_cast<int>(t), &b, write},
-                                           write && b.rank != task.rank)});
+          const Access a{static_cast<int>(t), write, &b, columns(p_.buffers[b.buffer], b)};
+          own_[t].push_back({&idx, idx.add(first, end, a, write && b.rank != task.rank)});
         }
       }
     }
@@ -474,6 +497,7 @@ class Deriver {
       auto it = parts_.find({wb.rank, wb.buffer});
       if (it == parts_.end()) continue;
       const auto [first, end] = flat_span(p_.buffers[wb.buffer], wb);
+      const Columns wc = columns(p_.buffers[wb.buffer], wb);
       for (const auto& [scatter_op, index] : it->second) {
         // Scatter writes of one operation fill disjoint elements by construction (plan.h): the
         // writer's own operation's part is skipped whole.
@@ -483,7 +507,7 @@ class Deriver {
           const Access& a = idx->entry(h).value;
           const int x = a.task;
           const Task& other = p_.tasks[x];
-          if (x == w || !a.box->overlaps(wb)) return;
+          if (x == w || !a.columns.meet(wc) || !a.box->overlaps(wb)) return;
           // Earlier in program order: an earlier operation, or an earlier task of the same one
           // (every live access is: tasks go live once processed, in task order). If the earlier
           // task waits for the writer's operation, it reads the new data, not the old.

@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
-#include <iterator>
+#include <algorithm>
+#include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -141,145 +143,195 @@ std::string dump(const json& j) {
   return j.dump(2, ' ', false, json::error_handler_t::replace);
 }
 
+// Text collected into a megabyte and handed to a sink a megabyte at a time. Not a std::string:
+// its append is compiled out of line (libstdc++ instantiates it once), a call and a capacity check
+// for each of a large plan's tens of millions of pieces of a few bytes.
+class Pieces {
+ public:
+  using Sink = std::function<void(std::string_view)>;
+  explicit Pieces(const Sink& sink) : sink_(sink), buf_(new char[kSize]) {}
+  // By string_view, whose length the call's literal gives (const char* would cost a strlen).
+  void put(std::string_view s) {
+    if (s.size() > kSize - used_) {
+      flush();
+      if (s.size() > kSize) {
+        sink_(s);
+        return;
+      }
+    }
+    std::memcpy(buf_.get() + used_, s.data(), s.size());
+    used_ += s.size();
+  }
+  void put(char c) {
+    if (used_ == kSize) flush();
+    buf_[used_++] = c;
+  }
+  void spaces(size_t n) {  // an indent: far under kSize
+    if (n > kSize - used_) flush();
+    std::memset(buf_.get() + used_, ' ', n);
+    used_ += n;
+  }
+  void flush() {
+    if (used_ > 0) sink_(std::string_view(buf_.get(), used_));
+    used_ = 0;
+  }
+
+ private:
+  static constexpr size_t kSize = 1 << 20;
+  const Sink& sink_;
+  std::unique_ptr<char[]> buf_;
+  size_t used_ = 0;
+};
+
 // The text of one task as dump(task_json(plan, i)) writes it, each line after the first indented
 // by `indent` more, written straight into `out`: the tree of a task took most of a large plan's
 // writing time (ring attention at 16 ranks: 5.9 s of 9). Keys in the tree's (sorted) order;
 // strings that need escaping (or may not be UTF-8) go through the tree's own serializer.
 class TaskText {
  public:
-  TaskText(std::string* out, int indent) : out_(*out), base_(indent) {}
+  TaskText(Pieces* out, int indent) : out_(*out), base_(indent) {}
 
   void task(const Plan& plan, size_t i) {
     const Task& t = plan.tasks[i];
-    out_ += "{\n";
+    put("{\n");
     key(1, "args");
     numbers(1, t.args);
-    out_ += ",\n";
+    put(",\n");
     member(1, "cta", t.cta);
     member(1, "group", t.group);
     member(1, "id", static_cast<int64_t>(i));
     key(1, "kind");
     string(task_kind_name(t.kind));
-    out_ += ",\n";
+    put(",\n");
     key(1, "label");
     string(t.label);
-    out_ += ",\n";
+    put(",\n");
     member(1, "order", t.order);
     member(1, "rank", t.rank);
     key(1, "reads");
     boxes(plan, t.reads);
-    out_ += ",\n";
+    put(",\n");
     key(1, "signals");
     objects(1, t.signals.size(), [&](size_t k) {
       const Signal& sg = t.signals[k];
       key(3, "event");
       string(plan.events[sg.event].name);
-      out_ += ",\n";
+      put(",\n");
       key(3, "handoff");
       string(handoff_name(sg.handoff));
-      out_ += ",\n";
+      put(",\n");
       key(3, "rank");
-      fmt::format_to(std::back_inserter(out_), "{}\n", plan.events[sg.event].rank);
+      integer(plan.events[sg.event].rank);
+      out_.put('\n');
     });
-    out_ += ",\n";
+    put(",\n");
     key(1, "waits");
     objects(1, t.waits.size(), [&](size_t k) {
       const Wait& w = t.waits[k];
       member(3, "count", w.count);
       key(3, "event");
       string(plan.events[w.event].name);
-      out_ += ",\n";
+      put(",\n");
       key(3, "lag");
-      fmt::format_to(std::back_inserter(out_), "{}\n", w.lag);
+      integer(w.lag);
+      out_.put('\n');
     });
-    out_ += ",\n";
+    put(",\n");
     key(1, "writes");
     boxes(plan, t.writes);
-    out_ += "\n";
+    put("\n");
     pad(0);
-    out_ += "}";
+    put("}");
   }
 
  private:
-  void pad(int level) { out_.append(static_cast<size_t>(base_ + 2 * level), ' '); }
-  void key(int level, const char* name) {
+  void put(std::string_view s) { out_.put(s); }
+  void pad(int level) { out_.spaces(static_cast<size_t>(base_ + 2 * level)); }
+  void key(int level, std::string_view name) {
     pad(level);
-    out_ += '"';
-    out_ += name;
-    out_ += "\": ";
+    out_.put('"');
+    put(name);
+    put("\": ");
   }
-  void member(int level, const char* name, int64_t v) {
+  // Integers through fmt::format_int, not fmt::format_to, which parses its format string at each
+  // call: a large plan holds tens of millions of numbers.
+  void integer(int64_t v) {
+    const fmt::format_int text(v);
+    out_.put(std::string_view(text.data(), text.size()));
+  }
+  void member(int level, std::string_view name, int64_t v) {
     key(level, name);
-    fmt::format_to(std::back_inserter(out_), "{},\n", v);
+    integer(v);
+    put(",\n");
   }
   void string(std::string_view s) {
-    bool plain = true;
-    for (char c : s) plain = plain && c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+    const bool plain = std::all_of(
+        s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; });
     if (plain) {
-      out_ += '"';
-      out_ += s;
-      out_ += '"';
+      out_.put('"');
+      put(s);
+      out_.put('"');
     } else {
-      out_ += dump(json(std::string(s)));
+      out_.put(dump(json(std::string(s))));
     }
   }
   // An array of integers whose key is at `level`.
   void numbers(int level, const std::vector<int64_t>& v) {
     if (v.empty()) {
-      out_ += "[]";
+      put("[]");
       return;
     }
-    out_ += "[\n";
+    put("[\n");
     for (size_t k = 0; k < v.size(); ++k) {
       pad(level + 1);
-      fmt::format_to(std::back_inserter(out_), "{}", v[k]);
-      out_ += k + 1 < v.size() ? ",\n" : "\n";
+      integer(v[k]);
+      put(k + 1 < v.size() ? std::string_view(",\n") : "\n");
     }
     pad(level);
-    out_ += "]";
+    put("]");
   }
   // An array of n objects whose key is at `level`; body(k) writes object k's members (at level +
   // 2), the last one ending in a newline.
   template <typename F>
   void objects(int level, size_t n, F&& body) {
     if (n == 0) {
-      out_ += "[]";
+      put("[]");
       return;
     }
-    out_ += "[\n";
+    put("[\n");
     for (size_t k = 0; k < n; ++k) {
       pad(level + 1);
-      out_ += "{\n";
+      put("{\n");
       body(k);
       pad(level + 1);
-      out_ += k + 1 < n ? "},\n" : "}\n";
+      put(k + 1 < n ? std::string_view("},\n") : "}\n");
     }
     pad(level);
-    out_ += "]";
+    put("]");
   }
   void boxes(const Plan& plan, const std::vector<Box>& bs) {
     objects(1, bs.size(), [&](size_t k) {
       const Box& b = bs[k];
       key(3, "buffer");
       string(plan.buffers[b.buffer].name);
-      out_ += ",\n";
+      put(",\n");
       key(3, "hi");
       numbers(3, b.hi);
-      out_ += ",\n";
+      put(",\n");
       key(3, "lo");
       numbers(3, b.lo);
-      out_ += ",\n";
+      put(",\n");
       key(3, "rank");
-      fmt::format_to(std::back_inserter(out_), "{}", b.rank);
-      out_ += b.scatter ? ",\n" : "\n";
+      integer(b.rank);
+      put(b.scatter ? std::string_view(",\n") : "\n");
       if (b.scatter) {
         key(3, "scatter");
-        out_ += "true\n";
+        put("true\n");
       }
     });
   }
 
-  std::string& out_;
+  Pieces& out_;
   int base_;
 };
 
@@ -297,24 +349,22 @@ nlohmann::json to_json(const Plan& plan) {
 // sorted), so the head's text ends where the tasks begin, and a task's own text, indented two
 // levels deeper, is what the whole tree's dump holds (tests/compiler/plan_test.cc).
 void write_json(const Plan& plan, const std::function<void(std::string_view)>& sink) {
-  std::string text = dump(head_json(plan));
-  text.resize(text.size() - 2);  // "\n}"
+  std::string head = dump(head_json(plan));
+  head.resize(head.size() - 2);  // "\n}"
+  Pieces text(sink);
+  text.put(head);
   if (plan.tasks.empty()) {
-    sink(text + ",\n  \"tasks\": []\n}\n");
+    text.put(",\n  \"tasks\": []\n}\n");
+    text.flush();
     return;
   }
-  text += ",\n  \"tasks\": [\n";
-  constexpr size_t kChunk = 1 << 20;
+  text.put(",\n  \"tasks\": [\n");
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
-    text += "    ";
+    text.spaces(4);
     TaskText(&text, 4).task(plan, i);
-    text += i + 1 < plan.tasks.size() ? ",\n" : "\n  ]\n}\n";
-    if (text.size() >= kChunk) {
-      sink(text);
-      text.clear();
-    }
+    text.put(i + 1 < plan.tasks.size() ? std::string_view(",\n") : "\n  ]\n}\n");
   }
-  sink(text);
+  text.flush();
 }
 
 }  // namespace mkc::plan
