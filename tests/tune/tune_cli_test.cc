@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -135,6 +136,40 @@ TEST_CASE("mkc tune: --dry-run lists the model's candidates; measuring needs a G
   CHECK_MESSAGE(
       (out.find("no CUDA driver") != std::string::npos || out.find("no GPU") != std::string::npos),
       out);
+}
+
+// `mkc tune` ranks a GEMM's candidates by the problem the lowering ranks them by
+// (plan::gemm_problem): 2-CTA clusters where B's rows are unaligned (the problem tune built
+// itself never allowed them), and a staged B's pitch and copies where its rows are not 16-byte
+// multiples, with no clusters then; the model's first candidate is the plan's tile.
+TEST_CASE("tune's GEMM problem is the lowering's: clusters, staged operands") {
+  struct Case {
+    int64_t M, N, K;
+    int64_t b_pitch;
+    bool pairs;
+  };
+  for (const Case& k : {Case{3000, 5000, 4000, 0, true}, Case{8192, 2500, 4096, 2560, false}}) {
+    mkc::compiler::CheckOptions options;
+    options.ranks = {1};
+    for (const std::string& d :
+         {fmt::format("M={}", k.M), fmt::format("N={}", k.N), fmt::format("K={}", k.K)})
+      mkc::compiler::add_define(d, &options);
+    const auto c = mkc::compiler::compile_file(mkc::dsl::SourceFile::read("samples/gemm.mks"),
+                                               options, "", false);
+    REQUIRE(c->ok());
+    const auto gemms = mkc::tune::tunable_gemms(c->checked[0], 132, 132);
+    REQUIRE(gemms.size() == 1);
+    const mkc::tune::GemmProblem& p = gemms[0].problem;
+    INFO(k.M << "x" << k.N << "x" << k.K);
+    CHECK(p.pairs == k.pairs);
+    CHECK(p.b_pitch == k.b_pitch);
+    CHECK((p.staged_bytes > 0) == (k.b_pitch > 0));
+    const auto cands = mkc::tune::gemm_candidates(p);
+    CHECK(std::any_of(cands.begin(), cands.end(), [](const auto& x) { return x.cluster == 2; }) ==
+          k.pairs);
+    const std::string& choice = c->plans[0].decisions.at(0).choice;
+    CHECK(choice == fmt::format("tile({}, {}, {})", cands[0].bm, cands[0].bn, cands[0].bk));
+  }
 }
 
 TEST_CASE("tune search: the fastest measurement wins, each one has a line, the budget stops it") {
