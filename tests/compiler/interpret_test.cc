@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "compiler/oracle/reference.h"
@@ -89,6 +90,27 @@ SAMPLE_CASE("moe_ffn_combine")
 SAMPLE_CASE("ring_attention")
 SAMPLE_CASE("ring_attention_causal")
 
+// A GEMM sample at M x N x K on R ranks, checked and planned for 12 SMs.
+struct GemmSample {
+  std::vector<compiler::CheckedSchedule> checked;
+  Plan plan;
+};
+std::unique_ptr<GemmSample> gemm_sample(const std::string& sample, int64_t M, int64_t N, int64_t K,
+                                        int64_t R) {
+  auto out = std::make_unique<GemmSample>();
+  dsl::Diagnostics diags;
+  const dsl::Module module = dsl::parse(dsl::SourceFile::read("samples/" + sample + ".mks"), diags);
+  compiler::CheckOptions opts;
+  opts.ranks = {R};
+  opts.defines = {{"M", M}, {"N", N}, {"K", K}};
+  if (!diags.has_errors()) out->checked = compiler::check(module, opts, diags);
+  REQUIRE_MESSAGE(!diags.has_errors(), dsl::render_text(diags.all(), false));
+  PassOptions po;
+  po.sms = 12;
+  out->plan = build_plan(out->checked[0], po);
+  return out;
+}
+
 // Split-K (compiler/passes/lower_compute.cc): a skinny GEMM whose tiles leave most compute CTAs
 // idle is cut into K parts, each a task that stores its sums and takes a ticket; the tile's last
 // part writes C (templates/mkc/split_k.cuh). No reduce tasks, no part waits for another; the sum
@@ -102,18 +124,9 @@ TEST_CASE("split-K: skinny GEMMs sum their K parts, alone and under an all-reduc
   for (const Case& k :
        {Case{"gemm", 48, 384, 2112, 1, 2}, Case{"gemm", 130, 200, 4160, 1, 2},
         Case{"gemm_allreduce", 40, 512, 3136, 3, 3}, Case{"gemm_allreduce", 1, 256, 2048, 2, 2}}) {
-    dsl::Diagnostics diags;
-    const dsl::Module module =
-        dsl::parse(dsl::SourceFile::read("samples/" + k.sample + ".mks"), diags);
-    compiler::CheckOptions opts;
-    opts.ranks = {k.R};
-    opts.defines = {{"M", k.M}, {"N", k.N}, {"K", k.K}};
-    std::vector<compiler::CheckedSchedule> checked;
-    if (!diags.has_errors()) checked = compiler::check(module, opts, diags);
-    REQUIRE_MESSAGE(!diags.has_errors(), dsl::render_text(diags.all(), false));
-    PassOptions po;
-    po.sms = 12;
-    const Plan plan = build_plan(checked[0], po);
+    const auto g = gemm_sample(k.sample, k.M, k.N, k.K, k.R);
+    const std::vector<compiler::CheckedSchedule>& checked = g->checked;
+    const Plan& plan = g->plan;
     const std::string what = fmt::format("{} M={} N={} K={} R={}", k.sample, k.M, k.N, k.K, k.R);
     // The plan says so, and holds the partial sums and the tickets (zero at load).
     bool said = false;
@@ -176,18 +189,9 @@ TEST_CASE("staging: GEMM operands with rows TMA cannot load are copied to padded
         Case{"gemm", 130, 70, 2100, 1, true, true},
         Case{"allgather_gemm", 768, 48, 10, 3, true, false},
         Case{"gemm_allreduce", 256, 36, 9, 3, true, true}}) {
-    dsl::Diagnostics diags;
-    const dsl::Module module =
-        dsl::parse(dsl::SourceFile::read("samples/" + k.sample + ".mks"), diags);
-    compiler::CheckOptions opts;
-    opts.ranks = {k.R};
-    opts.defines = {{"M", k.M}, {"N", k.N}, {"K", k.K}};
-    std::vector<compiler::CheckedSchedule> checked;
-    if (!diags.has_errors()) checked = compiler::check(module, opts, diags);
-    REQUIRE_MESSAGE(!diags.has_errors(), dsl::render_text(diags.all(), false));
-    PassOptions po;
-    po.sms = 12;
-    const Plan plan = build_plan(checked[0], po);
+    const auto g = gemm_sample(k.sample, k.M, k.N, k.K, k.R);
+    const std::vector<compiler::CheckedSchedule>& checked = g->checked;
+    const Plan& plan = g->plan;
     const std::string what = fmt::format("{} M={} N={} K={} R={}", k.sample, k.M, k.N, k.K, k.R);
     INFO(what);
     const Decision& d = plan.decisions.at(k.sample == "allgather_gemm" ? 1 : 0);
