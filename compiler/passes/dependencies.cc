@@ -171,8 +171,9 @@ class Deriver {
       if (!std::is_sorted(producers.begin(), producers.end()))
         std::sort(producers.begin(), producers.end());
       producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
-      wait_for(static_cast<int>(t), producers);
-      retire_awaited(static_cast<int>(t), producers, &superseded);
+      std::vector<int> awaited_ops;
+      wait_for(static_cast<int>(t), producers, &awaited_ops);
+      retire_awaited(static_cast<int>(t), awaited_ops, &superseded);
       fence(static_cast<int>(t));
       for (const auto& [idx, h] : own_[t]) idx->set_alive(h, true);
       for (const auto& [idx, h] : superseded) idx->set_alive(h, false);
@@ -286,8 +287,24 @@ class Deriver {
   // ends) and producers that write into the consumer's rank (they wait for its launch fence).
   // Any other producer shares a counter only with producers of its own rank, whose launches are
   // in order.
-  void wait_for(int consumer, const std::vector<int>& producers) {
+  //
+  // Also sets *awaited_ops, sorted: the operations with a scatter-writing task that the consumer
+  // now waits for by an edge of its own (retire_awaited).
+  void wait_for(int consumer, const std::vector<int>& producers, std::vector<int>* awaited_ops) {
     const int rank = p_.tasks[consumer].rank;
+    const bool keep = producers.size() >= kKeptWaits &&
+                      !std::binary_search(producers.begin(), producers.end(), consumer);
+    if (keep) {
+      auto k = kept_waits_.find(rank);
+      if (k != kept_waits_.end() && same_waits(k->second, consumer, producers)) {
+        for (int p : k->second.stamped) ordered_[p] = consumer;
+        std::vector<Wait>& waits = p_.tasks[consumer].waits;
+        waits.insert(waits.end(), k->second.waits.begin(), k->second.waits.end());
+        *awaited_ops = k->second.awaited_ops;
+        return;
+      }
+    }
+    const size_t first_wait = p_.tasks[consumer].waits.size();
     std::map<std::pair<int, int>, std::vector<int>> groups;  // (op, rank or -1) -> producers
     std::pair<int, int> last_key;
     std::vector<int>* last = nullptr;  // groups[last_key]: producers come in runs of one group
@@ -325,6 +342,54 @@ class Deriver {
       for (int p : set) ordered_[p] = consumer;
       p_.tasks[consumer].waits.push_back(Wait{it->second, static_cast<int64_t>(set.size()), 0});
     }
+    awaited_ops->clear();
+    for (int p : producers) {
+      if (ordered_[p] != consumer || op_of_[p] < 0 || !scatters_[p]) continue;
+      // One entry per run: an all-to-all's readers wait for thousands of its senders.
+      if (awaited_ops->empty() || awaited_ops->back() != op_of_[p])
+        awaited_ops->push_back(op_of_[p]);
+    }
+    std::sort(awaited_ops->begin(), awaited_ops->end());
+    awaited_ops->erase(std::unique(awaited_ops->begin(), awaited_ops->end()), awaited_ops->end());
+    if (!keep) return;
+    KeptWaits& k = kept_waits_[rank];
+    k.producers = producers;
+    k.ops.clear();
+    k.stamped.clear();
+    for (int p : producers) {
+      if (ordered_[p] == consumer) k.stamped.push_back(p);
+      const int op = op_of_[p];
+      if (op >= 0 && (k.ops.empty() || k.ops.back().first != op))
+        k.ops.push_back({op, whole_[op] == consumer});
+    }
+    std::sort(k.ops.begin(), k.ops.end());
+    k.ops.erase(std::unique(k.ops.begin(), k.ops.end()), k.ops.end());
+    k.waits.assign(p_.tasks[consumer].waits.begin() + static_cast<std::ptrdiff_t>(first_wait),
+                   p_.tasks[consumer].waits.end());
+    k.awaited_ops = *awaited_ops;
+  }
+
+  // The last wait_for of a rank's consumer with kKeptWaits producers or more, and what it gave:
+  // every combine reducer of a rank has all the world's senders as producers (8,192 at 64 ranks),
+  // and each grouped them, looked their counter up by the whole set and stamped them alike. What
+  // wait_for does depends only on the consumer's rank, its producers, and which of their
+  // operations the consumer already waits for as a whole (whole_; no other edge into a consumer
+  // is made before its wait_for): where those are the same, the counters exist already (each is
+  // found by its rank and producers), and the next consumer gets the same waits.
+  struct KeptWaits {
+    std::vector<int> producers;
+    std::vector<std::pair<int, bool>> ops;  // producers' operations: waited for whole or not
+    std::vector<int> stamped;               // the producers given an edge or a counter (ordered_)
+    std::vector<Wait> waits;
+    std::vector<int> awaited_ops;
+  };
+  static constexpr size_t kKeptWaits = 64;
+  bool same_waits(const KeptWaits& k, int consumer, const std::vector<int>& producers) const {
+    if (k.producers != producers) return false;
+    for (const auto& [op, whole] : k.ops) {
+      if ((whole_[op] == consumer) != whole) return false;
+    }
+    return true;
   }
 
   // Makes `consumer` wait for every task of operation `op` that concerns its rank, through one
@@ -540,18 +605,13 @@ class Deriver {
   // (an all-to-all's part holds every sender's write into the rank, and its senders wait for none
   // of each other: visiting it from each of them was quadratic, 9.5 s of the all-to-all's 10 s at
   // 64 ranks).
-  void retire_awaited(int t, const std::vector<int>& producers,
+  //
+  // awaited_ops: the operations with a scatter-writing task that t waits for by an edge of its
+  // own, sorted (wait_for's).
+  void retire_awaited(int t, const std::vector<int>& awaited_ops,
                       std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>* superseded) {
     const Task& task = p_.tasks[t];
     if (forward_[task.op]) return;
-    // Operations with a scatter-writing task that t waits for by an edge of its own.
-    std::vector<int> awaited_ops;
-    for (int p : producers) {
-      if (ordered_[p] != t || op_of_[p] < 0 || !scatters_[p]) continue;
-      // One entry per run: an all-to-all's readers wait for thousands of its senders.
-      if (awaited_ops.empty() || awaited_ops.back() != op_of_[p]) awaited_ops.push_back(op_of_[p]);
-    }
-    std::sort(awaited_ops.begin(), awaited_ops.end());
     auto may_be_awaited = [&](int op) {
       return op < 0 || whole_[op] == t ||
              std::binary_search(awaited_ops.begin(), awaited_ops.end(), op);
@@ -701,6 +761,7 @@ class Deriver {
   // all_done_, of the same type then) it was 4.6% of gemm_allreduce's rank 0 of 64.
   std::unordered_map<uint64_t, int> done_;
   std::map<std::pair<int, std::vector<int>>, int> set_done_;  // (rank, producers) -> counter
+  std::unordered_map<int, KeptWaits> kept_waits_;             // rank -> its last kept wait_for
   std::map<std::pair<int, int>, int> all_done_;               // (operation, rank) -> its counter
   std::set<std::pair<int, int>> all_waits_;                   // (consumer task, counter)
 };
