@@ -31,12 +31,13 @@ GemmStaging gemm_staging(const compiler::CheckedSchedule& s, const OpInstance& o
   // The tensor-core tiles take two 16-bit operands of one type (compiler/kinds/gemm_tile.cc);
   // other GEMMs run the SIMT tile whatever their rows.
   if (ta != tb || !kinds::is_16bit(ta)) return st;
-  // A row's bytes and its start's (the flat offset of the use's index prefix).
+  // What the kinds ask of a TMA operand (kinds::tma_rows_ok), of the use's view: its start is the
+  // flat offset of its index prefix (Lowerer::view).
   const auto misaligned = [&](const TensorUse& u) {
     const std::vector<int64_t>& shape = s.tensors[u.tensor].shape;
     int64_t offset = 0;
     for (size_t i = 0; i < u.index.size(); ++i) offset += u.index[i] * product(shape, i + 1);
-    return (u.shape.back() * 2) % 16 != 0 || (offset * 2) % 16 != 0;
+    return !kinds::tma_rows_ok(View{0, u.tensor, offset, u.shape});
   };
   const auto padded = [](int64_t n) { return cdiv(n, 64) * 64; };
   if (misaligned(op.inputs[0])) st.a_pitch = padded(op.inputs[0].shape[1]);

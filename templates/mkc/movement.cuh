@@ -44,7 +44,7 @@ template <typename W, typename T>
 __device__ __forceinline__ void copy_pitched_as(T* dst, const T* src, long long rows,
                                                 long long xrow, long long yrow) {
   constexpr long long E = sizeof(W) / sizeof(T);
-  const long long words = xrow / E, xw = xrow / E, yw = yrow / E;
+  const long long xw = xrow / E, yw = yrow / E;  // xw: the words of a row, and their pitch
   const W* s = reinterpret_cast<const W*>(src);
   W* d = reinterpret_cast<W*>(dst);
   const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -52,7 +52,7 @@ __device__ __forceinline__ void copy_pitched_as(T* dst, const T* src, long long 
     const W* sr = s + r * xw;
     W* dr = d + r * yw;
 #pragma unroll 4
-    for (long long j = lane; j < words; j += 32) dr[j] = sr[j];
+    for (long long j = lane; j < xw; j += 32) dr[j] = sr[j];
   }
 }
 
