@@ -73,7 +73,10 @@ struct Generated {
   int threads = 256;         // block size the kernel is built for
   int ctas = 0;              // grid size
   int dynamic_smem = 0;      // bytes of dynamic shared memory per CTA (Hopper, sm_90a)
-  int portable_smem = 0;     // the same on GPUs before Hopper (the mma.sync tile's stages)
+  // An upper bound of the kernel's static shared memory (kinds::Source::static_smem_bound):
+  // dynamic_smem fits beside it.
+  int static_smem_bound = 0;
+  int portable_smem = 0;  // the same on GPUs before Hopper (the mma.sync tile's stages)
   // CTAs per cluster on Hopper (1, or 2 for paired GEMM tiles: the grid is launched in clusters
   // of 2 with cuLaunchKernelEx; before Hopper the kernel runs the portable tiles, unclustered).
   int cluster = 1;

@@ -11,6 +11,8 @@ namespace {
 class A2aCounts final : public Kind {
  public:
   A2aCounts() : Kind(TaskKind::kA2aCounts) {}
+  // templates/mkc/moe.cuh: the expert histogram (moe_bins, kMoeBins ints).
+  int static_smem(const Source&, const Task&) const override { return 2048 * 4; }
 
   size_t fixed_args() const override { return sizeof(abi::A2aCountsArgs) / 8; }
 

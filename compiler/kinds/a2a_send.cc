@@ -14,6 +14,11 @@ namespace {
 class A2aSend final : public Kind {
  public:
   A2aSend() : Kind(TaskKind::kA2aSend) {}
+  // templates/mkc/moe.cuh: moe_bins and `before` (kMoeBins ints each), `place` (kSendChunk
+  // ints), `carry`, block_exclusive_scan's warp sums.
+  int static_smem(const Source&, const Task&) const override {
+    return 2048 * 4 * 2 + 1024 * 4 + 3 * 8 + 32 * 4;
+  }
 
   bool runs_anywhere() const override { return true; }
   size_t fixed_args() const override { return sizeof(abi::A2aSendArgs) / 8; }

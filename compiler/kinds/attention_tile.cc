@@ -20,6 +20,10 @@ namespace {
 class AttentionTile final : public Kind {
  public:
   AttentionTile() : Kind(TaskKind::kAttentionTile) {}
+  // templates/mkc/attention_simt.cuh: the rows' running max and sum (the TMA tile has none).
+  int static_smem(const Source& s, const Task& t) const override {
+    return tma_d(s, t) ? 0 : 2 * 256 * 4;
+  }
 
   size_t fixed_args() const override { return sizeof(abi::AttentionTileArgs) / 8; }
 

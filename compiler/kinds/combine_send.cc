@@ -14,6 +14,8 @@ namespace {
 class CombineSend final : public Kind {
  public:
   CombineSend() : Kind(TaskKind::kCombineSend) {}
+  // templates/mkc/moe.cuh: the rows received.
+  int static_smem(const Source&, const Task&) const override { return 8; }
 
   bool runs_anywhere() const override { return true; }
   size_t fixed_args() const override { return sizeof(abi::CombineSendArgs) / 8; }

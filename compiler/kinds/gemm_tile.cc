@@ -20,6 +20,12 @@ namespace {
 class GemmTile final : public Kind {
  public:
   GemmTile() : Kind(TaskKind::kGemmTile) {}
+  // templates/mkc/split_k.cuh (a split part's state and ticket) and, for the portable tiles,
+  // gemm_simt.cuh's two 16 x 64 float tiles (beside gemm_sm80.cuh's dynamic stages).
+  int static_smem(const Source& s, const Task& t) const override {
+    const int split = plan::args_as<abi::GemmTileArgs>(t).parts > 1 ? 64 : 0;
+    return split + (tma_n(s, t) ? 0 : 2 * 16 * 64 * 4);
+  }
 
   size_t fixed_args() const override { return sizeof(abi::GemmTileArgs) / 8; }
 
@@ -108,15 +114,17 @@ class GemmTile final : public Kind {
     const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
     std::string key = fmt::format(":fn{}:bias{}{}", g.fn, g.has_bias, g.parts > 1 ? ":split" : "");
     if (const int bn = tma_n(s, t))
-      key += fmt::format(":tma{}x{}{}", tma_m(t), bn, g.cluster ? ":pair" : "");
+      key += fmt::format(":tma{}x{}{}{}", tma_m(t), bn, g.cluster ? ":pair" : "",
+                         store_tma(s, t) ? ":store" : "");
     return key;
   }
 
   std::string path(const Source& s, const Task& t) const override {
     if (const int bn = tma_n(s, t))
       return fmt::format(
-          "{}: sm_90a wgmma + TMA {}x{}{} (mma.sync or SIMT without sm_90a)", name(), tma_m(t), bn,
-          plan::args_as<abi::GemmTileArgs>(t).cluster ? " in 2-CTA clusters, B multicast" : "");
+          "{}: sm_90a wgmma + TMA {}x{}{}{} (mma.sync or SIMT without sm_90a)", name(), tma_m(t),
+          bn, plan::args_as<abi::GemmTileArgs>(t).cluster ? " in 2-CTA clusters, B multicast" : "",
+          store_tma(s, t) ? ", C stored by TMA" : "");
     return std::string(name()) + ": SIMT (operands not 16-bit or not 16-byte aligned)";
   }
 
@@ -124,7 +132,8 @@ class GemmTile final : public Kind {
     Launch l;
     if (const int bn = tma_n(s, t)) {
       l.threads = 384;
-      l.dynamic_smem = gemm_ring_bytes(tma_m(t), bn);
+      l.dynamic_smem = gemm_ring_bytes(tma_m(t), bn, store_tma(s, t));
+      l.bulk_stores = store_tma(s, t);
       if (plan::args_as<abi::GemmTileArgs>(t).cluster) l.cluster = 2;
       // templates/mkc/gemm_sm80.cuh: two stages of A 128 x 40 and B 32 x 136 elements.
       l.portable_smem = 2 * (128 * 40 + 32 * 136) * 2 + 128;
@@ -141,9 +150,10 @@ class GemmTile final : public Kind {
           "next_args, next_v, {}{{}});",
           s.type_of(t, 0), s.type_of(t, 2), g.has_bias ? s.type_of(t, 3) : s.type_of(t, 2),
           tma_m(t), bn,
-          g.parts > 1 ? ", true"
-          : g.cluster ? ", false, true"
-                      : "",
+          g.parts > 1       ? ", true"
+          : store_tma(s, t) ? (g.cluster ? ", false, true, true" : ", false, false, true")
+          : g.cluster       ? ", false, true"
+                            : "",
           s.fn_type(g.fn)));
     } else {
       s.line(fmt::format("  mkc::{}<{}, {}, {}, {}>(a, v, args, kBuffers, {}{{}});",
@@ -159,6 +169,7 @@ class GemmTile final : public Kind {
     abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
     g.map_a = s.tensor_map(t.views[0], tma_m(t), 64);
     g.map_b = s.tensor_map(t.views[1], 64, 64);
+    if (store_tma(s, t)) g.map_c = s.tensor_map(t.views[2], 64, 64);
     return plan::args_words(g);
   }
 
@@ -176,6 +187,25 @@ class GemmTile final : public Kind {
     const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
     if (g.m1 - g.m0 <= 32 && g.n1 - g.n0 <= 64 && !g.cluster) return 64;
     return g.n1 - g.n0 > 128 ? 256 : 128;
+  }
+  // Whether the TMA tile stores C through shared memory and TMA (templates/mkc/gemm_sm90.cuh,
+  // store_tile_tma): an unsplit, unswapped tile of a 16-bit C whose rows TMA takes, and whose
+  // 64 x 64 boxes are each whole or end where C ends (the map clips there, but not at a task's
+  // edge inside C: a box past the task would write another task's part).
+  static bool store_tma(const Source& s, const Task& t) {
+    const int bn = tma_n(s, t);
+    const int bm = tma_m(t);
+    if (bn == 0 || bm < 64) return false;
+    const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(t);
+    const View& c = t.views[2];
+    if (g.parts > 1 || !is_16bit(s.dtype(t, 2)) || c.shape.size() != 2 || !tma_rows_ok(c))
+      return false;
+    const bool rows = (g.m1 - g.m0) % 64 == 0 || g.m1 == c.shape[0];
+    const bool cols = (g.n1 - g.n0) % 64 == 0 || g.n1 == c.shape[1];
+    // The staging must fit beside the kernel's static shared memory (a kernel with an MoE
+    // dispatch's histograms keeps the stores from registers).
+    return rows && cols &&
+           gemm_ring_bytes(bm, bn, true) + s.static_smem_bound() <= kHopperSmemPerCta;
   }
   // Its rows: tune::hopper_tile_rows of the task's (swapped up to 32, 64, else 128); a pair's
   // half runs the pair's 128 rows, however few its own are (the last row block).

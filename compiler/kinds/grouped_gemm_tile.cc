@@ -16,6 +16,9 @@ namespace {
 class GroupedGemmTile final : public Kind {
  public:
   GroupedGemmTile() : Kind(TaskKind::kGroupedGemmTile) {}
+  // templates/mkc/grouped_gemm*.cuh: a batch of kWorkerItems work items (5 words each) and the
+  // portable worker's count.
+  int static_smem(const Source&, const Task&) const override { return 64 * 5 * 8 + 8; }
 
   size_t fixed_args() const override { return sizeof(abi::GroupedGemmTileArgs) / 8; }
 

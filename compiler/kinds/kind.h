@@ -65,6 +65,10 @@ class Source {
   virtual bool writes_other_node(const Task& t) const = 0;
   // The index of the tensor map of view v in boxes of box_rows x box_cols (added once).
   virtual int tensor_map(const View& v, int box_rows, int box_cols) = 0;
+  // An upper bound of the kernel's static shared memory: sync.cuh's own and, per kind in the
+  // kernel, the most any of its tasks' device code declares (Kind::static_smem). Dynamic shared
+  // memory a class adds must fit beside it (kHopperSmemPerCta).
+  virtual int static_smem_bound() const = 0;
   virtual void line(const std::string& s) = 0;
 };
 
@@ -74,7 +78,16 @@ struct Launch {
   int dynamic_smem = 0;
   int portable_smem = 0;
   int cluster = 1;  // CTAs per cluster the kernel needs on Hopper (2: paired GEMM tiles)
+  // The class leaves bulk (TMA) stores under way after its tasks: the kernel must complete them
+  // before signals and at its end (MKC_BULK_STORES, templates/mkc/sync.cuh).
+  bool bulk_stores = false;
 };
+
+// Shared memory one CTA may have on Hopper (227 KB), static and dynamic together.
+constexpr int kHopperSmemPerCta = 232448;
+// The static shared memory templates/mkc/sync.cuh declares in every kernel (TaskState, the
+// proxy's claim), rounded up.
+constexpr int kSyncStaticSmem = 256;
 
 class Kind {
  public:
@@ -89,6 +102,10 @@ class Kind {
   // Whether the kernel runs device code for it (fences, launch ends and signals only wait and
   // signal).
   virtual bool has_body() const { return true; }
+  // Bytes of static (__shared__) memory the task's device code declares, an upper bound: it counts
+  // against the dynamic shared memory other classes of the kernel may ask for
+  // (Source::static_smem_bound; codegen_test checks the bound against ptxas on every sample).
+  virtual int static_smem(const Source&, const Task&) const { return 0; }
   // Moves of routed rows: the scheduler deals them to every CTA, whatever its role (whatever
   // comes after them waits for all of them).
   virtual bool runs_anywhere() const { return false; }

@@ -30,9 +30,13 @@ inline bool tma_rows_ok(const View& v) {
 // The dynamic shared memory of the wgmma GEMM pipeline for bm x bn tiles (three warpgroups,
 // templates/mkc/gemm_sm90.cuh, Shape or SwapShape, bm 8 to 128): as many stages of (A bm x 128
 // bytes + B bn x 128 bytes) as fit in 192 KB, at most 8, + 256 B of header + alignment slack.
-inline int gemm_ring_bytes(int bm, int bn) {
+// `store_tma`: C staged for TMA stores (Shape's kStore): two 8 KB boxes per consumer warpgroup
+// (one where its part of the tile is one box wide) after the ring (128 x 256: 226 KB in all).
+inline int gemm_ring_bytes(int bm, int bn, bool store_tma = false) {
   const int stage = (bm + bn) * 128;
-  return std::min(8, 196608 / stage) * stage + 2048;
+  const int boxes = (bm == 128 ? bn : bn / 2) / 64;
+  const int staging = store_tma ? 2 * std::min(2, boxes) * 8192 : 0;
+  return std::min(8, 196608 / stage) * stage + staging + 2048;
 }
 
 // Touches of a row range [r0, r1) of every view: the inputs read, the last view written (copy and

@@ -31,6 +31,8 @@ SendBox decode(const Task& t) {
 class Send final : public Kind {
  public:
   Send() : Kind(TaskKind::kSend) {}
+  // templates/mkc/movement.cuh: proxy_send_box's first claimed entry.
+  int static_smem(const Source&, const Task&) const override { return 8; }
 
   std::vector<Touch> touches(const Task& t) const override {
     const SendBox b = decode(t);

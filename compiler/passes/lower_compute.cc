@@ -266,7 +266,7 @@ void Lowerer::lower_gemm(int i) {
         g.k_step = bk;
         g.fn = op.device_fn;
         g.has_bias = bias != op.tensor_args.end() ? 1 : 0;
-        g.map_a = g.map_b = abi::kNoMap;  // code generation assigns TMA descriptors
+        g.map_a = g.map_b = g.map_c = abi::kNoMap;  // code generation assigns TMA descriptors
         g.k0 = part * part_k;
         g.k1 = std::min<int64_t>(K, g.k0 + part_k);
         g.parts = parts;

@@ -189,6 +189,9 @@ struct GemmTileArgs {
   // pair's two row blocks, the other half on the partner CTA at the same place in its list, the
   // two sharing B's columns n0..n1 by TMA multicast; 0: a tile of its own.
   i64 cluster;
+  // TMA descriptor of C (64 x 64 boxes) when the tile stores C through shared memory and TMA
+  // (gemm_sm90.cuh's store_tile_tma; assigned by code generation like map_a), or kNoMap.
+  i64 map_c;
 };
 
 // grouped_gemm_tile: views {X, W, Y, counts}. Rows of X are grouped by group in order; counts
@@ -319,7 +322,7 @@ MKC_ABI_FN Range read_range(const i64* args, int* pos) {
 }
 
 // Arguments of every fixed-layout kind are whole 64-bit words: the tables are arrays of them.
-static_assert(sizeof(GemmTileArgs) == 15 * 8, "gemm_tile has 15 arguments");
+static_assert(sizeof(GemmTileArgs) == 16 * 8, "gemm_tile has 16 arguments");
 static_assert(sizeof(GroupedGemmTileArgs) == 7 * 8, "grouped_gemm_tile has 7 arguments");
 static_assert(sizeof(MapTileArgs) == 3 * 8, "map_tile has 3 arguments");
 static_assert(sizeof(CopyArgs) == 2 * 8, "copy has 2 arguments");

@@ -39,30 +39,59 @@ namespace sm90 {
 
 constexpr int kBK = 64;        // K step: 64 bf16 = one 128-byte swizzle row
 constexpr int kThreads = 384;  // producer + two consumers
+// Staging buffers of C per consumer warpgroup for TMA stores (store_bufs below).
+#ifndef MKC_STORE_BUFS
+#define MKC_STORE_BUFS 2
+#endif
 
 // The ring of a tile whose A box has ARows rows and whose B is BN columns: a stage holds A (ARows
-// x 64 of K) and B (64 x BN in 64-column boxes).
-template <int ARows, int BN>
+// x 64 of K) and B (64 x BN in 64-column boxes). StoreBytes: the C tile's staging for TMA stores
+// (store_tile_tma), after the ring; 0 without.
+template <int ARows, int BN, int StoreBytes = 0, bool kShallow = false>
 struct Ring {
   static constexpr int kABytes = ARows * kBK * 2;
   static constexpr int kBBytes = kBK * BN * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  // As deep as 192 KB allows (4 x 48 KB, 6 x 32 KB, 8 x 24 KB), at most 8 (the header's room).
-  static constexpr int kStages = 196608 / kStageBytes < 8 ? 196608 / kStageBytes : 8;
+  // As deep as 192 KB allows (4 x 48 KB, 6 x 32 KB, 8 x 24 KB), at most 8 (the header's room);
+  // kShallow (MKC_STORE_BUFS=0, an experiment): as deep as 208 KB less the staging allows.
+  // compiler/kinds/kinds.h (gemm_ring_bytes) computes the default on the host.
+  static constexpr int kRoom = StoreBytes > 0 && kShallow ? 212992 - StoreBytes : 196608;
+  static constexpr int kStages = kRoom / kStageBytes < 8 ? kRoom / kStageBytes : 8;
   static constexpr int kBN = BN;
-  // Header (pipeline state, mbarriers) + slack to align the ring to 1024 bytes + the ring.
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2048;
+  static constexpr int kStoreBytes = StoreBytes;
+  // Header (pipeline state, mbarriers) + slack to align the ring to 1024 bytes + the ring + the
+  // staging.
+  static constexpr int kSmemBytes = kStages * kStageBytes + StoreBytes + 2048;
 };
 
 // A BM x BN tile (BM = 128: each consumer warpgroup takes 64 rows and all BN columns; BM = 64:
 // each takes all 64 rows and BN / 2 columns, for shapes with few rows).
+// Buffers of 64 x 64 16-bit elements (8 KB) each consumer warpgroup of a BM x BN tile stages its
+// part of C in for TMA stores (store_tile_tma): MKC_STORE_BUFS (2), at most its part's boxes.
+// Measured on an H100 (2026-12-06, docs/RESULTS.md): the whole part with a ring one stage
+// shallower (MKC_STORE_BUFS=0; the host's smem covers it) lost 6% in the 128 x 256 main loop.
 template <int BM, int BN>
-struct Shape : Ring<BM, BN> {
+constexpr int store_bufs() {
+  constexpr int boxes = (BM == 128 ? BN : BN / 2) / 64;
+  return MKC_STORE_BUFS == 0 || MKC_STORE_BUFS > boxes ? boxes : MKC_STORE_BUFS;
+}
+template <int BM, int BN, bool kStoreTma>
+constexpr int store_bytes() {
+  return kStoreTma ? 2 * store_bufs<BM, BN>() * 8192 : 0;
+}
+
+// kStore: C leaves through shared memory and TMA stores (store_tile_tma), its staging after
+// the ring.
+template <int BM, int BN, bool kStoreTma = false>
+struct Shape : Ring<BM, BN, store_bytes<BM, BN, kStoreTma>(), MKC_STORE_BUFS == 0> {
   static constexpr int kWarpgroupN = BM == 128 ? BN : BN / 2;  // columns per consumer
   static constexpr int kAcc = kWarpgroupN / 2;                 // f32 accumulators per thread
   static constexpr int kConsumers = 2;                         // consumer warpgroups at work
-  static constexpr int kKey = BM * 1000 + BN;                  // the ring's geometry
+  // The ring's geometry (its stage count differs with a staged C).
+  static constexpr int kKey = BM * 1000 + BN + (kStoreTma ? 500000 : 0);
   static constexpr bool kSwap = false;
+  static constexpr bool kStore = kStoreTma;
+  static constexpr int kStoreBufs = store_bufs<BM, BN>();
 };
 
 // The swapped tile for few rows (MP = 8, 16 or 32, the tile's rows rounded up): Cᵀ = Bᵀ Aᵀ, so
@@ -82,19 +111,21 @@ struct SwapShape : Ring<MP, BN> {
   static constexpr int kKey = 900000 + MP * 1000 + BN;
   static constexpr int kMP = MP;
   static constexpr bool kSwap = true;
+  static constexpr bool kStore = false;
   static_assert(MP == 8 || MP == 16 || MP == 32, "swapped tiles of 8, 16 or 32 rows");
   static_assert(BN == 64 || BN == 128 || BN == 256, "swapped tiles of 64, 128 or 256 columns");
   static_assert(Ring<MP, BN>::kStageBytes % 1024 == 0,
                 "stages stay aligned for the 128-byte swizzle");
 };
 
-// The tile's shape: swapped for at most 32 rows, else the BM x BN one.
-template <int BM, int BN, bool kSwapped = (BM < 64)>
+// The tile's shape: swapped for at most 32 rows, else the BM x BN one (kStoreTma: with C staged
+// for TMA stores; never swapped).
+template <int BM, int BN, bool kStoreTma = false, bool kSwapped = (BM < 64)>
 struct TileShape {
-  using type = Shape<BM, BN>;
+  using type = Shape<BM, BN, kStoreTma>;
 };
 template <int BM, int BN>
-struct TileShape<BM, BN, true> {
+struct TileShape<BM, BN, false, true> {
   using type = SwapShape<BM, BN>;
 };
 
@@ -230,6 +261,66 @@ __device__ __forceinline__ void store_tile(const float* acc, TC* C, long long ld
     }
   }
 }
+
+#if MKC_HAS_WGMMA
+// The epilogue of one consumer warpgroup through shared memory and TMA (Shape's kStore): its 64 x
+// WN results (plus bias, through fn, cast to the 16-bit TC), box by box of 64 rows x 64 columns,
+// go by stmatrix into one of `buf`'s kBufs 8 KB buffers (rows of 128 bytes under the 128-byte
+// swizzle the map of C was made with); then thread 0 of the warpgroup stores the box, if it
+// starts inside the task (row0 < m1, column < n1), with a bulk tensor copy, and nobody waits for
+// the last kBufs of them: they drain while the next tile's main loop runs. The lowering gives this
+// path only to tasks whose boxes are whole or end at C's edge, where the map clips them
+// (compiler/kinds/gemm_tile.cc). A buffer is written again only after its last store has read it
+// (bulk_wait_read); the stores are complete before anything may read C (gemm_run's end when no tile
+// of this class follows, sync.cuh's bulk_stores_drain before signals and the kernel's end). `bar`:
+// a named barrier of this warpgroup's 128 threads.
+template <typename TC, typename TBias, int WN, int kBufs, typename Fn>
+__device__ __forceinline__ void store_tile_tma(const float* acc, unsigned char* buf,
+                                               const TensorMap* map_c, const TBias* bias,
+                                               long long row0, long long col0, long long m1,
+                                               long long n1, int t, int bar, Fn fn) {
+  static_assert(sizeof(TC) == 2, "TMA-stored tiles are 16-bit");
+  static_assert((WN / 64) % kBufs == 0, "boxes rotate through the buffers");
+  if (row0 >= m1) return;  // the same in the whole warpgroup
+  const int warp = t / 32, lane = t % 32;
+  // stmatrix: lane l gives the address of row l % 8 of matrix l / 8; matrices 0 and 1 are rows
+  // 0-7 and 8-15 of the warp's 16 rows in column group j, 2 and 3 the same in group j + 1.
+  const int i = lane % 8, mat = lane / 8;
+  const unsigned row_addr = smem_addr(buf) + (warp * 16 + (mat & 1) * 8 + i) * 128;
+  const long long c = col0 + 2 * (lane % 4);
+#pragma unroll
+  for (int q = 0; q < WN / 64; ++q) {
+    // Box q goes through buffer q % kBufs, whose last store was kBufs groups ago (one group per
+    // box, in order, across tiles too): that one must have read it.
+    if (t == 0) bulk_wait_read<kBufs - 1>();
+    named_bar_sync(bar, 128);
+    const unsigned box = row_addr + (q % kBufs) * 8192;
+#pragma unroll
+    for (int j = 8 * q; j < 8 * q + 8; j += 2) {
+      unsigned r[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const long long col = c + 8 * (j + h);
+        const float b0 = bias != nullptr && col < n1 ? to_f32(bias[col]) : 0.0f;
+        const float b1 = bias != nullptr && col + 1 < n1 ? to_f32(bias[col + 1]) : 0.0f;
+        r[2 * h] = pack2<TC>(fn(acc[4 * (j + h)] + b0), fn(acc[4 * (j + h) + 1] + b1));
+        r[2 * h + 1] = pack2<TC>(fn(acc[4 * (j + h) + 2] + b0), fn(acc[4 * (j + h) + 3] + b1));
+      }
+      // Group g of 16 bytes in its 128-byte row, swizzled: at (g ^ row % 8) * 16.
+      const int g = (j % 8) + (mat >> 1);
+      stmatrix_x4(box + ((g ^ i) << 4), r[0], r[1], r[2], r[3]);
+    }
+    fence_proxy_async_smem();
+    named_bar_sync(bar, 128);
+    if (t == 0) {
+      if (col0 + 64 * q < n1)
+        tma_store_2d(map_c, buf + (q % kBufs) * 8192, static_cast<int>(col0 + 64 * q),
+                     static_cast<int>(row0));
+      bulk_commit();
+    }
+  }
+}
+#endif
 
 // The epilogue of one consumer warpgroup of a swapped tile (SwapShape): C[row0.., col0..] from
 // its accumulators, WN / 64 boxes of a 64 (columns) x MP (rows) product each, plus bias, through
@@ -370,6 +461,7 @@ struct TileJob {
   int bz;
   const TensorMap* map_a;
   const TensorMap* map_b;
+  const TensorMap* map_c;  // C's 64 x 64 boxes for TMA stores (Shape's kStore), else unused
   TC* C;
   const TBias* bias;
 };
@@ -725,11 +817,22 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
         if constexpr (S::kSwap)
           store_tile_swap<TC, TBias, S::kMP, WN>(acc, C, ldc, bias, mt, nt + col_off, m1, n1, t,
                                                  fn);
+        else if constexpr (S::kStore)
+          store_tile_tma<TC, TBias, WN, S::kStoreBufs>(
+              acc, ring + kStages * S::kStageBytes + w * (S::kStoreBufs * 8192), job.map_c, bias,
+              mt + row_off, nt + col_off, m1, n1, t, kBarGroup + w, fn);
         else
           store_tile<TC, TBias, WN>(acc, C, ldc, bias, mt + row_off, nt + col_off, m1, n1, t, fn);
       }
     }
     if (threadIdx.x == 128) ps->next_consume = c;
+    // No tile of this class follows (or the ring is drained after this task): the stores are
+    // complete before the staging may be reused by another class or C read.
+    if constexpr (S::kStore) {
+      if (next_args == nullptr && t == 0) {
+        asm volatile("cp.async.bulk.wait_group 0;\nfence.proxy.async.global;" ::: "memory");
+      }
+    }
   }
   // The state is published before the next task reads it. A pair's last task (no pair follows
   // to prefetch) also waits for its partner: until then the partner may still release slots of
@@ -748,7 +851,7 @@ __device__ __forceinline__ void gemm_run(const KernelArgs& a, const TileJob<TC, 
 // of this same class with no waits (else null): once this task's loads are issued, the producer
 // loads the first stages of that task's first tile, so they arrive during this epilogue.
 template <typename TAB, typename TC, typename TBias, int BM, int BN, bool kSplit = false,
-          bool kPair = false, typename Fn>
+          bool kPair = false, bool kStoreTma = false, typename Fn>
 __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long long* args, int nb,
                               unsigned char* smem, const long long* next_args, const View* next_v,
                               Fn fn) {
@@ -765,6 +868,7 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
   job.bz = -1;
   job.map_a = a.tensor_maps + g.map_a;
   job.map_b = a.tensor_maps + g.map_b;
+  job.map_c = kStoreTma ? a.tensor_maps + g.map_c : nullptr;
   job.C = view_ptr<TC>(a, v[2], nb);
   job.bias = g.has_bias ? view_ptr<TBias>(a, v[3], nb) : nullptr;
   if constexpr (kSplit) {
@@ -779,8 +883,8 @@ __device__ void gemm_tile_tma(const KernelArgs& a, const View* v, const long lon
       sp.tickets = view_ptr<unsigned long long>(a, v[pv + 1], nb) + 2 * g.tile;
     }
   }
-  gemm_run<TAB, TC, TBias, typename TileShape<BM, BN>::type, kSplit, kPair>(a, job, args, smem,
-                                                                            next_args, next_v, fn);
+  gemm_run<TAB, TC, TBias, typename TileShape<BM, BN, kStoreTma>::type, kSplit, kPair>(
+      a, job, args, smem, next_args, next_v, fn);
 #else
   (void)next_args;
   (void)next_v;

@@ -50,6 +50,7 @@ __device__ void grouped_gemm_tile_tma(const KernelArgs& a, const View* v, const 
           job.bz = static_cast<int>(gt.group);
           job.map_a = map_x;
           job.map_b = map_w;
+          job.map_c = nullptr;
           job.C = Y;
           job.bias = nullptr;
           return job;

@@ -95,6 +95,44 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TensorMap
       : "memory");
 }
 
+// 2-D TMA store of the box at (c0 = column, c1 = row) from shared memory (`src`, written before
+// by this CTA's threads, then fence_proxy_async_smem and a barrier), in this thread's open bulk
+// group: the map clips what lies past the tensor's end.
+__device__ __forceinline__ void tma_store_2d(const TensorMap* map, const void* src, int c0,
+                                             int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(map),
+      "r"(c0), "r"(c1), "r"(smem_addr(src))
+      : "memory");
+}
+
+// Closes this thread's open bulk group (the stores issued since the last commit).
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Until all but the N most recent bulk groups this thread committed have read their shared
+// memory (which may then be written again); the global writes may still be under way.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+// Generic-proxy writes to shared memory made visible to the async proxy (a TMA store's reads).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Four 8 x 8 matrices of 16-bit elements from the warp's registers into shared memory: lanes
+// 8i .. 8i + 7 give the row addresses of matrix i, and each lane's r[i] holds its two elements of
+// row lane / 4 of matrix i (the mma accumulator layout).
+__device__ __forceinline__ void stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2,
+                                            unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // This CTA's rank in its cluster.
 __device__ __forceinline__ unsigned cluster_ctarank() {
   unsigned r;

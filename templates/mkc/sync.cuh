@@ -83,10 +83,21 @@ __device__ __forceinline__ void start_launch(const KernelArgs& a) {
   }
 }
 
+// In a kernel whose GEMM tiles store C by TMA (MKC_BULK_STORES, gemm_sm90.cuh's
+// store_tile_tma, which leaves its stores under way while the next tile runs): every thread
+// waits until its bulk stores are complete and visible, before anything may read C (the task's
+// signals, the kernel's end). A thread without any passes at once.
+__device__ __forceinline__ void bulk_stores_drain() {
+#if defined(MKC_BULK_STORES) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group 0;\nfence.proxy.async.global;" ::: "memory");
+#endif
+}
+
 // This CTA's part of the launch is over (after its last task, or a failure): the last CTA to
 // leave records the launch as completed and resets the count for the next one. The next launch
 // on the stream starts after this kernel ends, so it reads the new number.
 __device__ __forceinline__ void end_launch(const KernelArgs& a) {
+  bulk_stores_drain();
   __syncthreads();
   if (threadIdx.x != 0) return;
   __threadfence();
@@ -306,6 +317,7 @@ __device__ inline void proxy_task_drain(const KernelArgs& a) {
 // else thread 0 publishes its signals: counter adds, or for a rank of another node a request to
 // the proxy (after the task's data requests to that rank, so delivered after them).
 __device__ inline bool finish_task(const KernelArgs& a, const Signal* sigs, int n) {
+  if (n > 0) bulk_stores_drain();
   __syncthreads();
   if (task_state().failed) return false;
   if (threadIdx.x == 0) {

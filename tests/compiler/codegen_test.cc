@@ -17,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "compiler/kinds/kind.h"
 #include "compiler/passes/passes.h"
 #include "compiler/pipeline.h"
 #include "compiler/sema/check.h"
@@ -75,6 +76,12 @@ TEST_CASE("every sample compiles to an sm_90a cubin without spills") {
                             "ELF") == 0);
     CHECK(out.registers > 0);
     CHECK_MESSAGE(out.spill_bytes == 0, entry.path() << " spills " << out.spill_bytes << " bytes");
+    // The kinds' declared static shared memory bounds what ptxas allocates, and the dynamic part
+    // fits beside it (a kernel that asked for more would not launch).
+    CHECK_MESSAGE(out.smem_bytes <= b->kernels[0].static_smem_bound,
+                  entry.path() << ": " << out.smem_bytes << " B static, bound "
+                               << b->kernels[0].static_smem_bound);
+    CHECK(b->kernels[0].static_smem_bound + b->kernels[0].dynamic_smem <= kinds::kHopperSmemPerCta);
     // ptxas says when it makes every wgmma wait for the one before (notes C7512, C7520: too few
     // registers, a branch between a wgmma and the use of its registers): a kernel then runs
     // its tensor-core tiles at a fraction of their speed with nothing else to show for it.
@@ -139,6 +146,58 @@ TEST_CASE("GEMM: tiles of at most 32 rows are swapped, and compile without spill
 // halves at the same place of CTAs 2c and 2c + 1 sharing B's columns, the kernel asks for
 // clusters of 2, and the pair's class compiles for sm_90a without a spill; where they cannot,
 // the decision says why and the tiles run on their own.
+// The Hopper tile stores a 16-bit C through shared memory and TMA (gemm_sm90.cuh's
+// store_tile_tma) where each 64 x 64 box of a task is whole or ends at C's edge; the kernel then
+// completes those stores before signals and at its end (MKC_BULK_STORES), and compiles without
+// spills. An f32 C, split-K parts and swapped tiles store directly.
+TEST_CASE("GEMM: C leaves by TMA stores where the boxes allow, and compiles without spills") {
+  jit::JitOptions jo;
+  jo.cache_dir = temp_dir("cache_store");
+  struct Case {
+    int64_t m, n, k;
+    const char* c_type;
+    const char* tile;
+    bool store;
+  };
+  for (const Case& x : {Case{3000, 2504, 1000, "bf16", "128, 256, 64", true},
+                        Case{200, 520, 256, "f16", "64, 128, 64", true},
+                        Case{200, 520, 256, "bf16", "128, 128, 64", true},
+                        Case{300, 520, 256, "f32", "128, 128, 64", false},
+                        Case{16, 520, 256, "bf16", "64, 128, 64", false}}) {
+    INFO(fmt::format("{} x {} x {} {} C, tile({})", x.m, x.n, x.k, x.c_type, x.tile));
+    auto c = build(
+        std::make_shared<dsl::SourceFile>(
+            "s.mks", fmt::format("schedule s {{\n  param M = {}, N = {}, K = {}\n  input A : "
+                                 "bf16[M, K]\n  input B : bf16[K, N]\n  input bias : f32[N]\n"
+                                 "  output C : {}[M, N]\n  device softplus(x: f32) -> f32 {{ "
+                                 "return x > 20.0f ? x : log1pf(expf(x)); }}\n  compute mm = "
+                                 "gemm(A, B -> C, epilogue = softplus, bias = bias) tile({})\n"
+                                 "}}\n",
+                                 x.m, x.n, x.k, x.c_type, x.tile)),
+        1);
+    const codegen::Generated& g = c->kernels[0];
+    CHECK((g.source.find("#define MKC_BULK_STORES 1") != std::string::npos) == x.store);
+    CHECK(g.static_smem_bound + g.dynamic_smem <= kinds::kHopperSmemPerCta);
+    // (A last row block of at most 32 rows runs the swapped tile, which stores directly.)
+    bool stored = false;
+    for (const std::string& path : g.paths)
+      stored = stored || path.find("C stored by TMA") != std::string::npos;
+    CHECK(stored == x.store);
+    if (x.store) {
+      // C's map: 64 x 64 boxes over the whole C.
+      bool c_map = false;
+      for (const codegen::TensorMapSpec& m : g.tensor_maps)
+        c_map = c_map || (m.rows == x.m && m.cols == x.n && m.box_rows == 64 && m.box_cols == 64);
+      CHECK(c_map);
+    }
+    const jit::JitOutput out = jit::jit_compile(g.source, "s.cu", g.kernel_name, jo);
+    MESSAGE(fmt::format("{}x{}x{} {} C: {} registers, {} B spills, {} B smem", x.m, x.n, x.k,
+                        x.c_type, out.registers, out.spill_bytes, g.dynamic_smem));
+    CHECK(out.spill_bytes == 0);
+    CHECK_MESSAGE(out.log.find("are serialized") == std::string::npos, out.log);
+  }
+}
+
 TEST_CASE("GEMM: 2-CTA cluster pairs, where the shape and the lists allow them") {
   const auto gemm = [](int64_t m, int64_t n, int64_t k, const char* extra) {
     return std::make_shared<dsl::SourceFile>(
@@ -189,7 +248,9 @@ TEST_CASE("GEMM: 2-CTA cluster pairs, where the shape and the lists allow them")
     CHECK_MESSAGE(p.decisions.size() == 1u, p.decisions.back().reason);  // the pairs stayed
     CHECK(g.cluster == 2);
     CHECK(g.ctas % 2 == 0);
-    CHECK(g.source.find(fmt::format("128, {}, false, true>(a, v, args", bn)) != std::string::npos);
+    // Paired, and C stored by TMA (N 5000: the last column block ends at C's edge).
+    CHECK(g.source.find(fmt::format("128, {}, false, true, true>(a, v, args", bn)) !=
+          std::string::npos);
     CHECK(g.tensor_maps.at(0).box_rows == 128);
     for (const std::string& path : g.paths)
       CHECK(path.find("in 2-CTA clusters") != std::string::npos);

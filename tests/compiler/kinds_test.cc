@@ -18,6 +18,8 @@ class FakeSource final : public Source {
   explicit FakeSource(bool tensor_cores) : tensor_cores_(tensor_cores) {}
   bool tensor_cores() const override { return tensor_cores_; }
   compiler::DType dtype(const Task&, size_t) const override { return compiler::DType::kBf16; }
+  int static_smem_bound() const override { return static_smem; }
+  int static_smem = 256;
   std::string fn_type(int64_t fn) const override { return fn < 0 ? "mkc::NoFn" : "fn"; }
   const compiler::DeviceFunction& device_fn(int64_t) const override {
     throw InternalError("no device functions here");
@@ -76,7 +78,7 @@ TEST_CASE("a GEMM tile's class, launch and arguments follow its operands") {
   const Task t = gemm_task();
   const Kind& k = kind_of(t);
   FakeSource tc(true), simt(false);
-  CHECK(class_key(tc, t) == "gemm_tile:bf16:bf16:bf16:fn-1:bias0:tma128x256");
+  CHECK(class_key(tc, t) == "gemm_tile:bf16:bf16:bf16:fn-1:bias0:tma128x256:store");
   CHECK(class_key(simt, t) == "gemm_tile:bf16:bf16:bf16:fn-1:bias0");
   CHECK(k.launch(tc, t).threads == 384);
   CHECK(k.launch(simt, t).threads == 0);
@@ -86,10 +88,39 @@ TEST_CASE("a GEMM tile's class, launch and arguments follow its operands") {
   const abi::GemmTileArgs g = plan::args_as<abi::GemmTileArgs>(with_maps);
   CHECK(g.map_a == 0);
   CHECK(g.map_b == 1);
-  CHECK(tc.maps == 2);
+  CHECK(g.map_c == 2);  // C leaves by TMA stores: whole 64 x 64 boxes
+  CHECK(tc.maps == 3);
+  CHECK(k.launch(tc, t).bulk_stores);
+  CHECK(k.launch(tc, t).dynamic_smem == 4 * 49152 + 2 * 2 * 8192 + 2048);
   CHECK(k.device_args(simt, t) == t.args);
   k.emit(tc, t);
   CHECK(tc.text.find("gemm_tile_tma<__nv_bfloat16") != std::string::npos);
+  // C stored directly, not by TMA: a task whose last column box would run past its own end
+  // inside C (TMA clips only at C's edge), a split part, an f32 C.
+  {
+    Task ragged = t;
+    abi::GemmTileArgs r = plan::args_as<abi::GemmTileArgs>(t);
+    r.n1 = 200;  // C has 512 columns: columns 192..255 of the box are another task's
+    plan::set_args(ragged, r);
+    CHECK(class_key(tc, ragged) == "gemm_tile:bf16:bf16:bf16:fn-1:bias0:tma128x256");
+    CHECK_FALSE(k.launch(tc, ragged).bulk_stores);
+    CHECK(k.launch(tc, ragged).dynamic_smem == 4 * 49152 + 2048);
+    Task edge = t;
+    edge.views[2].shape = {256, 200};  // the same columns at C's edge: clipped there
+    r.n1 = 200;
+    plan::set_args(edge, r);
+    CHECK(class_key(tc, edge) == "gemm_tile:bf16:bf16:bf16:fn-1:bias0:tma128x256:store");
+    // A kernel whose other classes declare 20 KB of static shared memory (an MoE dispatch's
+    // histograms): the 32 KB of staging would not fit beside it.
+    tc.static_smem = 20 * 1024;
+    CHECK(class_key(tc, t) == "gemm_tile:bf16:bf16:bf16:fn-1:bias0:tma128x256");
+    tc.static_smem = 256;
+    Task split = t;
+    abi::GemmTileArgs sp = plan::args_as<abi::GemmTileArgs>(t);
+    sp.parts = 2;
+    plan::set_args(split, sp);
+    CHECK(class_key(tc, split).find(":store") == std::string::npos);
+  }
   // A misaligned A (an odd element offset) cannot be loaded by TMA: the portable tile.
   Task odd = t;
   odd.views[0].offset = 1;

@@ -137,9 +137,10 @@ GPU_TEST_CASE("every sample on the local GPUs matches the reference over three l
 
 // The GEMM tile paths: the TMA + wgmma template (templates/mkc/gemm_sm90.cuh) with 128 x 256,
 // 128 x 128, 64 x 128 and 64 x 256 tiles and the swapped ones of 8, 16 and 32 rows, ragged M, N
-// and K (TMA zero fill, guarded stores), f16 inputs with an f32 output, bias plus a
-// device-function epilogue; and operands whose rows TMA cannot load (not 16-byte multiples),
-// staged into padded rows first. Each against the fp64 reference on fresh random data.
+// and K (TMA zero fill, guarded stores; a 16-bit C leaves by TMA stores, clipped at C's edge),
+// f16 inputs with an f32 output, bias plus a device-function epilogue; and operands whose rows TMA
+// cannot load (not 16-byte multiples), staged into padded rows first. Each against the fp64
+// reference on fresh random data.
 GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; staged operands") {
   const plan::HostFns fns = {
       {"softplus", [](const std::vector<double>& a) { return std::log1p(std::exp(a[0])); }}};
@@ -150,32 +151,33 @@ GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; stag
     const char* tile;
     int64_t m, n, k;
     bool tma;
+    bool store;  // some tiles store C through shared memory and TMA (16-bit C, rows TMA takes)
   };
   const Variant variants[] = {
-      {"bf16_256", "bf16", "bf16", "128, 256, 64", 300, 520, 136, true},
-      {"f16_128_f32out", "f16", "f32", "128, 128, 64", 257, 200, 72, true},
-      {"bf16_64x128", "bf16", "bf16", "64, 128, 64", 200, 392, 136, true},
-      {"f16_64x256_f32out", "f16", "f32", "64, 256, 64", 130, 296, 200, true},
+      {"bf16_256", "bf16", "bf16", "128, 256, 64", 300, 520, 136, true, true},
+      {"f16_128_f32out", "f16", "f32", "128, 128, 64", 257, 200, 72, true, false},
+      {"bf16_64x128", "bf16", "bf16", "64, 128, 64", 200, 392, 136, true, true},
+      {"f16_64x256_f32out", "f16", "f32", "64, 256, 64", 130, 296, 200, true, false},
       // Swapped tiles (at most 32 rows): 8 rows x 128 with N and K ragged, 16 x 256 into f32,
       // a 28-row tail (32) after a 64-row tile, and 8 x 64 (one consumer warpgroup at work).
-      {"bf16_swap_m1", "bf16", "bf16", "64, 128, 64", 1, 520, 200, true},
-      {"f16_swap_m13_f32out", "f16", "f32", "64, 256, 64", 13, 296, 136, true},
-      {"bf16_swap_m92", "bf16", "bf16", "64, 128, 64", 92, 392, 136, true},
-      {"bf16_swap_n64", "bf16", "bf16", "64, 64, 64", 5, 200, 136, true},
+      {"bf16_swap_m1", "bf16", "bf16", "64, 128, 64", 1, 520, 200, true, false},
+      {"f16_swap_m13_f32out", "f16", "f32", "64, 256, 64", 13, 296, 136, true, false},
+      {"bf16_swap_m92", "bf16", "bf16", "64, 128, 64", 92, 392, 136, true, true},
+      {"bf16_swap_n64", "bf16", "bf16", "64, 64, 64", 5, 200, 136, true, false},
       // Staged operands (compiler/passes/lower.h, GemmStaging): rows of 200 and 140 bytes (A and
       // B, neither a 16-byte multiple) and of 2,002 bytes (A alone) are copied into padded rows
       // first, and the tensor-core tile reads those.
-      {"bf16_staged_ab", "bf16", "bf16", "128, 128, 64", 130, 70, 100, true},
-      {"f16_staged_a_f32out", "f16", "f32", "128, 256, 64", 300, 520, 1001, true},
+      {"bf16_staged_ab", "bf16", "bf16", "128, 128, 64", 130, 70, 100, true, false},
+      {"f16_staged_a_f32out", "f16", "f32", "128, 256, 64", 300, 520, 1001, true, false},
       // Split-K (K >= 2048 and few tiles: templates/mkc/split_k.cuh): each part stores its sums,
       // the tile's last applies bias and softplus to the whole; a ragged last part, the swapped
       // tiles, and staged A and B (K 2100, N 70: rows not 16-byte multiples). (softplus
       // is x past 20: at these K some sums pass 88, where f32 expf overflows to inf.)
-      {"bf16_split_128", "bf16", "bf16", "128, 128, 64", 200, 392, 4160, true},
-      {"f16_split_64x256_f32out", "f16", "f32", "64, 256, 64", 100, 520, 8256, true},
-      {"bf16_split_swap_m13", "bf16", "bf16", "64, 128, 64", 13, 296, 3000, true},
-      {"bf16_split_swap_n64", "bf16", "bf16", "64, 64, 64", 5, 200, 8192, true},
-      {"bf16_split_staged", "bf16", "bf16", "128, 128, 64", 130, 70, 2100, true},
+      {"bf16_split_128", "bf16", "bf16", "128, 128, 64", 200, 392, 4160, true, false},
+      {"f16_split_64x256_f32out", "f16", "f32", "64, 256, 64", 100, 520, 8256, true, false},
+      {"bf16_split_swap_m13", "bf16", "bf16", "64, 128, 64", 13, 296, 3000, true, false},
+      {"bf16_split_swap_n64", "bf16", "bf16", "64, 64, 64", 5, 200, 8192, true, false},
+      {"bf16_split_staged", "bf16", "bf16", "128, 128, 64", 130, 70, 2100, true, false},
   };
   for (const Variant& v : variants) {
     SUBCASE(v.name) {
@@ -195,6 +197,8 @@ GPU_TEST_CASE("GEMM tiles: wgmma with ragged edges, f16, bias and epilogue; stag
       const bool uses_tma = c->gen().source.find("gemm_tile_tma") != std::string::npos;
       CHECK(uses_tma == v.tma);
       CHECK(c->gen().tensor_maps.empty() == !v.tma);
+      const bool stored = c->gen().source.find("#define MKC_BULK_STORES 1") != std::string::npos;
+      CHECK(stored == v.store);
       const bool split = c->plan().decisions.at(0).reason.find("split-K") != std::string::npos;
       CHECK(split == (v.k >= 2048));
       // Three launches with fresh inputs: the tickets count on, each launch's last part writes.
