@@ -64,8 +64,6 @@ struct Ring {
   static constexpr int kSmemBytes = kStages * kStageBytes + StoreBytes + 2048;
 };
 
-// A BM x BN tile (BM = 128: each consumer warpgroup takes 64 rows and all BN columns; BM = 64:
-// each takes all 64 rows and BN / 2 columns, for shapes with few rows).
 // Buffers of 64 x 64 16-bit elements (8 KB) each consumer warpgroup of a BM x BN tile stages its
 // part of C in for TMA stores (store_tile_tma): MKC_STORE_BUFS (2), at most its part's boxes.
 // Measured on an H100 (2026-12-06, docs/RESULTS.md): the whole part with a ring one stage
@@ -80,8 +78,9 @@ constexpr int store_bytes() {
   return kStoreTma ? 2 * store_bufs<BM, BN>() * 8192 : 0;
 }
 
-// kStore: C leaves through shared memory and TMA stores (store_tile_tma), its staging after
-// the ring.
+// A BM x BN tile (BM = 128: each consumer warpgroup takes 64 rows and all BN columns; BM = 64:
+// each takes all 64 rows and BN / 2 columns, for shapes with few rows). kStoreTma: C leaves
+// through shared memory and TMA stores (store_tile_tma), its staging after the ring.
 template <int BM, int BN, bool kStoreTma = false>
 struct Shape : Ring<BM, BN, store_bytes<BM, BN, kStoreTma>(), MKC_STORE_BUFS == 0> {
   static constexpr int kWarpgroupN = BM == 128 ? BN : BN / 2;  // columns per consumer
