@@ -17,10 +17,18 @@ using compiler::OpInstance;
 using compiler::OpKind;
 using compiler::TensorUse;
 
-// The compute CTAs of the kernel this schedule becomes (schedule.h, compute_ctas).
+// The compute CTAs of the kernel this schedule becomes (schedule.h, compute_ctas), as the
+// schedule pass will find them from the tasks: an in-place all-reduce or reduce-scatter at one
+// rank lowers to nothing (lower_collectives.cc, "local"), so it takes no comm CTAs (GEMM +
+// all-reduce at R = 1 had its tiles picked for 116 CTAs and ran on 132).
 static int64_t kernel_compute_ctas(const compiler::CheckedSchedule& s, int64_t sms) {
   bool any_comm = false;
-  for (const OpInstance& o : s.ops) any_comm = any_comm || compiler::op_is_comm(o.kind);
+  for (const OpInstance& o : s.ops) {
+    if (!compiler::op_is_comm(o.kind)) continue;
+    const bool nothing = s.ranks == 1 && o.outputs.empty() &&
+                         (o.kind == OpKind::kAllReduce || o.kind == OpKind::kReduceScatter);
+    any_comm = any_comm || !nothing;
+  }
   return plan::compute_ctas(s.roles, any_comm, true, sms);
 }
 

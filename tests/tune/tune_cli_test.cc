@@ -172,6 +172,34 @@ TEST_CASE("tune's GEMM problem is the lowering's: clusters, staged operands") {
   }
 }
 
+// GEMM + all-reduce: at one rank the in-place all-reduce is no task, the kernel's every CTA
+// computes, and the lowering's model sees as many (it had counted 16 comm CTAs: 1024 x 8192 x
+// 7168 predicted for 3 waves of 116 CTAs, run in 2 of 132); at two ranks 116 compute CTAs.
+TEST_CASE("the lowering's GEMM problem has the plan's compute CTAs, at one rank and at two") {
+  const auto file = std::make_shared<mkc::dsl::SourceFile>(
+      "gar.mks",
+      "schedule gar {\n  ranks R\n  param M = 1024, N = 8192, K = 7168\n  input A : bf16[M, K]\n"
+      "  input B : bf16[K, N]\n  output C : bf16[M, N] symmetric\n  compute mm = gemm(A, B -> "
+      "C) tile(auto)\n  comm ar = allreduce(C, sum) chunk(128, 256) after mm.tile\n}\n");
+  for (const int64_t ranks : {1, 2}) {
+    mkc::compiler::CheckOptions options;
+    options.ranks = {ranks};
+    const auto c = mkc::compiler::compile_file(file, options, "", false);
+    REQUIRE(c->ok());
+    int64_t ctas = 0;
+    for (const mkc::plan::Role& r : c->plans[0].roles)
+      if (r.name == "compute") ctas = r.count;
+    CHECK(ctas == (ranks == 1 ? 132 : 116));
+    const auto gemms = mkc::tune::tunable_gemms(c->checked[0], ctas, 132);
+    REQUIRE(gemms.size() == 1);
+    const auto cands = mkc::tune::gemm_candidates(gemms[0].problem);
+    INFO("R " << ranks << ": " << c->plans[0].decisions.at(0).reason);
+    CHECK(c->plans[0].decisions.at(0).choice == cands[0].text());
+    CHECK(c->plans[0].decisions.at(0).reason.find(
+              fmt::format("model: {:.0f} us,", cands[0].predicted_us)) != std::string::npos);
+  }
+}
+
 TEST_CASE("tune search: the fastest measurement wins, each one has a line, the budget stops it") {
   mkc::compiler::CheckOptions options;
   const auto c = gemm16(&options);
