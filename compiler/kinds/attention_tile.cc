@@ -111,13 +111,15 @@ class AttentionTile final : public Kind {
   }
 
   std::string key_variant(const Source& s, const Task& t) const override {
-    if (const int d = tma_d(s, t)) return fmt::format(":tma_d{}", d);
+    if (const int d = tma_d(s, t)) return fmt::format(":tma_d{}_k{}", d, key_block(t, d));
     return "";
   }
 
   std::string path(const Source& s, const Task& t) const override {
     if (const int d = tma_d(s, t))
-      return fmt::format("{}: sm_90a wgmma + TMA, head dim {} (SIMT without sm_90a)", name(), d);
+      return fmt::format(
+          "{}: sm_90a wgmma + TMA, head dim {}, blocks of {} keys (SIMT without sm_90a)", name(), d,
+          key_block(t, d));
     return std::string(name()) + ": SIMT (needs bf16/f16 Q, K, V with head dims 64 or 128)";
   }
 
@@ -125,7 +127,8 @@ class AttentionTile final : public Kind {
     Launch l;
     if (const int d = tma_d(s, t)) {
       // templates/mkc/attention_sm90.cuh, AttnShape: header 2048 + two Q slots + the K,V stages.
-      const int stage = 2 * 128 * d * 2, stages = d == 64 ? 4 : 2;
+      const int kb = key_block(t, d);
+      const int stage = 2 * kb * d * 2, stages = d == 128 ? 2 : kb == 128 ? 4 : 3;
       l.threads = 384;
       l.dynamic_smem = 2048 + 2 * 128 * d * 2 + stages * stage;
     }
@@ -135,10 +138,10 @@ class AttentionTile final : public Kind {
   void emit(Source& s, const Task& t) const override {
     if (const int d = tma_d(s, t)) {
       s.line("  extern __shared__ unsigned char mkc_smem[];");
-      s.line(
-          fmt::format("  mkc::sm90::attention_tile_tma<{}, {}, {}>(a, v, args, kBuffers, mkc_smem, "
-                      "next_args, next_v);",
-                      s.type_of(t, 0), s.type_of(t, 3), d));
+      s.line(fmt::format(
+          "  mkc::sm90::attention_tile_tma<{}, {}, {}, {}>(a, v, args, kBuffers, mkc_smem, "
+          "next_args, next_v);",
+          s.type_of(t, 0), s.type_of(t, 3), d, key_block(t, d)));
     } else {
       s.line(fmt::format("  mkc::attention_tile<{}, {}>(a, v, args, kBuffers);", s.type_of(t, 0),
                          s.type_of(t, 3)));
@@ -146,16 +149,27 @@ class AttentionTile final : public Kind {
   }
 
   std::vector<int64_t> device_args(Source& s, const Task& t) const override {
-    if (!tma_d(s, t)) return t.args;
-    // 3-D maps of the [L, S, D] views: boxes of 64 columns x 128 rows x 1 slice.
+    const int d = tma_d(s, t);
+    if (d == 0) return t.args;
+    // 3-D maps of the [L, S, D] views: boxes of 64 columns x 128 (Q) or a key block's (K, V)
+    // rows x 1 slice.
     abi::AttentionTileArgs at = plan::args_as<abi::AttentionTileArgs>(t);
+    const int kb = key_block(t, d);
     at.map_q = s.tensor_map(t.views[0], 128, 64);
-    at.map_k = s.tensor_map(t.views[1], 128, 64);
-    at.map_v = s.tensor_map(t.views[2], 128, 64);
+    at.map_k = s.tensor_map(t.views[1], kb, 64);
+    at.map_v = s.tensor_map(t.views[2], kb, 64);
     return plan::args_words(at);
   }
 
  private:
+  // Keys per block of the tensor-core tile at head dim d (AttnShape in attention_sm90.cuh): 192
+  // at head dim 64 when the schedule asks for it (tile(q, 192)), else 128. At head dim 64 a
+  // block's fixed costs (its barriers, the row maxima's shuffles, the turn between the consumer
+  // warpgroups) weigh twice what they do at 128 against the block's MMAs.
+  static int key_block(const Task& t, int d) {
+    return d == 64 && plan::args_as<abi::AttentionTileArgs>(t).key_block == 192 ? 192 : 128;
+  }
+
   // The head dim (64 or 128) when the TMA + wgmma tile can take the task, else 0: Q, K, V of one
   // 16-bit type, D = Dv of 64 or 128, query tiles of at most 128, views 16-byte aligned.
   static int tma_d(const Source& s, const Task& t) {

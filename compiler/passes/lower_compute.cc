@@ -481,6 +481,8 @@ void Lowerer::lower_attention(int i) {
   // 128 queries by default (the tensor-core tile's); the SIMT tile holds the row statistics of at
   // most 256.
   const int64_t bq = std::min<int64_t>(op.tile.empty() ? 128 : op.tile[0], 256);
+  // Keys per block of the tensor-core tile as asked (tile(q, k)), 0: the kind's choice.
+  const int64_t key_block = op.tile.size() > 1 ? op.tile[1] : 0;
   // A merge group of one instance (a loop of one step: ring attention at R = 1) has nothing to
   // merge: no state.
   const bool acc = compiler::accumulates(op) && !(op.first_of_group && op.last_of_group);
@@ -600,7 +602,7 @@ void Lowerer::lower_attention(int i) {
         const auto [tile_first, tile_last, before] = ends[q0 / bq];
         set_args(t, abi::AttentionTileArgs{l, q0, q1, causal, offset, acc ? 1 : 0,
                                            tile_first ? 1 : 0, tile_last ? 1 : 0, scale_bits,
-                                           abi::kNoMap, abi::kNoMap, abi::kNoMap});
+                                           abi::kNoMap, abi::kNoMap, abi::kNoMap, key_block});
         t.reads = {rows(qv, at, q0, q1), rows(kv, at, 0, kv.shape[n - 2]),
                    rows(vv, at, 0, vv.shape[n - 2])};
         if (acc) {

@@ -247,6 +247,10 @@ struct AttentionTileArgs {
   i64 map_q;       // TMA descriptors of the Q, K and V views ([L, S, D], 3-D), or kNoMap
   i64 map_k;
   i64 map_v;
+  // Keys per block asked for (`tile(q, 192)`), 0 for the compiler's choice: the tensor-core tile
+  // at head dim 64 walks blocks of 192 keys when this is 192, else of 128 (its template argument
+  // says which; compiler/kinds/attention_tile.cc); the SIMT tile ignores it.
+  i64 key_block;
 };
 
 // signal: no views.
@@ -327,7 +331,7 @@ static_assert(sizeof(GroupedGemmTileArgs) == 7 * 8, "grouped_gemm_tile has 7 arg
 static_assert(sizeof(MapTileArgs) == 3 * 8, "map_tile has 3 arguments");
 static_assert(sizeof(CopyArgs) == 2 * 8, "copy has 2 arguments");
 static_assert(sizeof(ReduceTileArgs) == 4 * 8, "reduce_tile has 4 arguments");
-static_assert(sizeof(AttentionTileArgs) == 12 * 8, "attention_tile has 12 arguments");
+static_assert(sizeof(AttentionTileArgs) == 13 * 8, "attention_tile has 13 arguments");
 static_assert(sizeof(SignalArgs) == 8, "signal has 1 argument");
 static_assert(sizeof(A2aCountsArgs) == 2 * 8, "a2a_counts has 2 arguments");
 static_assert(sizeof(A2aSendArgs) == 4 * 8, "a2a_send has 4 arguments");

@@ -3,10 +3,12 @@
 // copies, online softmax in registers (FlashAttention's recurrence, in the exp2 domain).
 //
 // One CTA of 384 threads (three warpgroups) computes a 128-query tile against every key block of
-// 128 keys (head dims 64 and 128, the same for Q, K and V):
+// BN keys (head dims 64 and 128, the same for Q, K and V; BN 128, or 192 at head dim 64, where
+// a block's fixed costs weigh twice as much against its MMAs):
 //   - warpgroup 0 is the producer: one thread loads the Q tile once, then each key block's K and V
-//     tiles into a ring of stages (two for D = 128, four for D = 64), K and V completing on their
-//     own mbarriers; it runs on 40 registers, giving the consumers 232 (setmaxnreg);
+//     tiles into a ring of stages (two for D = 128, four or three for D = 64), K and V
+//     completing on their own mbarriers; it runs on 40 registers, giving the consumers 232
+//     (setmaxnreg);
 //   - warpgroups 1 and 2 each own 64 query rows. Per key block: S = Q Kᵀ (wgmma, A = Q and B = K
 //     both K-major in shared memory, 128-byte swizzle), the causal / ragged mask, the online
 //     softmax (row max across the quad, exp2 with the scale folded in, the running sum kept per
@@ -40,23 +42,25 @@
 namespace mkc {
 namespace sm90 {
 
-template <int D>
+template <int D, int BN>
 struct AttnShape {
   static_assert(D == 64 || D == 128, "the tensor-core attention tile takes head dims 64 and 128");
+  static_assert(BN == 128 || (D == 64 && BN == 192),
+                "key blocks of 128 keys, or 192 at head dim 64 (compiler/kinds/attention_tile.cc)");
   static constexpr int kBQ = 128;        // queries per tile: 64 per consumer warpgroup
-  static constexpr int kBN = 128;        // keys per block
+  static constexpr int kBN = BN;         // keys per block
   static constexpr int kBoxes = D / 64;  // 64-column (128-byte) TMA boxes per row
   static constexpr int kQBoxBytes = kBQ * 128;
   static constexpr int kKBoxBytes = kBN * 128;
   static constexpr int kQBytes = kBoxes * kQBoxBytes;
   static constexpr int kKBytes = kBoxes * kKBoxBytes;
   static constexpr int kStageBytes = 2 * kKBytes;  // K then V
-  static constexpr int kStages = D == 64 ? 4 : 2;
+  static constexpr int kStages = D == 128 ? 2 : BN == 128 ? 4 : 3;
   // Header (PipeState of the GEMM, this tile's mbarriers) + slack to align to 1024 + two Q slots
   // (the next tile's Q loads while this one's is in use) + ring.
   static constexpr int kSmemBytes = 2048 + 2 * kQBytes + kStages * kStageBytes;
   // PipeState::bn while the ring is the attention's: no GEMM geometry (BM * 1000 + BN) is negative.
-  static constexpr int kKey = -D;
+  static constexpr int kKey = -(D * 1000 + BN);
 };
 
 // Byte offsets of this tile's mbarriers in the header (the GEMM's PipeState and its barriers use
@@ -65,12 +69,12 @@ struct AttnShape {
 constexpr int kAttnBarOffset = 192;  // q_full[2], full_k[], full_v[], empty_k[], empty_v[]
 
 // Key blocks a tile sees: all of them, or (causal) those with a key visible to its last query.
-template <int D>
+template <int D, int BN>
 __device__ __forceinline__ int attn_blocks(const abi::AttentionTileArgs& at, long long Sk) {
   long long keys = Sk;
   if (at.causal && at.q1 + at.causal_offset < keys) keys = at.q1 + at.causal_offset;
   if (keys < 0) keys = 0;
-  return static_cast<int>((keys + AttnShape<D>::kBN - 1) / AttnShape<D>::kBN);
+  return static_cast<int>((keys + AttnShape<D, BN>::kBN - 1) / AttnShape<D, BN>::kBN);
 }
 
 // A tile with nothing to merge and nothing to set up or write (a block of a later rank in causal
@@ -230,10 +234,10 @@ __device__ __forceinline__ void attn_rescale(float* o, const float* alpha) {
 }
 
 // S = Q Kᵀ for this warpgroup's 64 rows against the key block in k_smem (issued, not waited).
-template <typename T, int D>
+template <typename T, int D, int BN>
 __device__ __forceinline__ void attn_issue_qk(float* sc, const unsigned char* q_smem,
                                               const unsigned char* k_smem, int w) {
-  using S = AttnShape<D>;
+  using S = AttnShape<D, BN>;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     // 16 head-dim columns = 32 bytes along a row inside a 64-column box.
@@ -246,10 +250,10 @@ __device__ __forceinline__ void attn_issue_qk(float* sc, const unsigned char* q_
 }
 
 // O += P V for the key block whose V is in v_smem (issued, not waited).
-template <typename T, int D>
+template <typename T, int D, int BN>
 __device__ __forceinline__ void attn_issue_pv(float* o, const unsigned* p,
                                               const unsigned char* v_smem) {
-  using S = AttnShape<D>;
+  using S = AttnShape<D, BN>;
 #pragma unroll
   for (int kk = 0; kk < S::kBN / 16; ++kk) {
     // V N-major: 16 keys = 16 rows of 128 bytes down; 64-column boxes kKBoxBytes apart.
@@ -265,12 +269,12 @@ __device__ __forceinline__ void attn_issue_pv(float* o, const unsigned* p,
 // Blocks overlap inside the warpgroup (FlashAttention-3's order): block j's Q Kᵀ and block j-1's
 // P V are issued together, and block j's softmax runs while P V is on the tensor cores; the
 // rescale of O waits for that P V. P of block j-1 stays in its registers until its wgmma is done.
-template <typename T, typename TO, int D>
+template <typename T, typename TO, int D, int BN>
 __device__ __forceinline__ void attention_consumer(
     const KernelArgs& a, const View* v, const abi::AttentionTileArgs& at, int nb,
     const unsigned char* q_smem, const unsigned char* ring, u64* q_bar, unsigned q_phase,
     u64* full_k, u64* full_v, u64* empty_k, u64* empty_v, int nblocks, unsigned c0, int w, int t) {
-  using S = AttnShape<D>;
+  using S = AttnShape<D, BN>;
   constexpr int kN = S::kBN;
   const long long Sq = v[0].shape[1], Sk = v[1].shape[1];
   const int warp = t / 32, lane = t % 32;
@@ -330,7 +334,7 @@ __device__ __forceinline__ void attention_consumer(
       float sc[kN / 2];
       turns.begin();
       wgmma_fence();
-      attn_issue_qk<T, D>(sc, q_smem, ring + s0 * S::kStageBytes, w);
+      attn_issue_qk<T, D, BN>(sc, q_smem, ring + s0 * S::kStageBytes, w);
       wgmma_commit();
       turns.end();
       wgmma_wait<0>();
@@ -353,13 +357,13 @@ __device__ __forceinline__ void attention_consumer(
     float sc[kN / 2];
     turns.begin();
     wgmma_fence();
-    attn_issue_qk<T, D>(sc, q_smem, ring + s * S::kStageBytes, w);
+    attn_issue_qk<T, D, BN>(sc, q_smem, ring + s * S::kStageBytes, w);
     wgmma_commit();
     // O is not in use by a wgmma here: the rescale of the last softmax goes under Q Kᵀ.
     attn_rescale<D>(o, alpha);
     pin_regs<D / 2>(o);
     wgmma_fence();
-    attn_issue_pv<T, D>(o, p, ring + sp * S::kStageBytes + S::kKBytes);
+    attn_issue_pv<T, D, BN>(o, p, ring + sp * S::kStageBytes + S::kKBytes);
     wgmma_commit();
     turns.end();
     wgmma_wait<1>();
@@ -385,7 +389,7 @@ __device__ __forceinline__ void attention_consumer(
       attn_rescale<D>(o, alpha);
       pin_regs<D / 2>(o);
       wgmma_fence();
-      attn_issue_pv<T, D>(o, p, ring + s * S::kStageBytes + S::kKBytes);
+      attn_issue_pv<T, D, BN>(o, p, ring + s * S::kStageBytes + S::kKBytes);
       wgmma_commit();
       turns.end();
       wgmma_wait<0>();
@@ -434,12 +438,12 @@ __device__ __forceinline__ void attention_consumer(
 #if MKC_HAS_WGMMA
 // Loads key block j of slice l (K, then V once its stage is free) as the ring's load n; false
 // after a failed wait (reported).
-template <int D>
+template <int D, int BN>
 __device__ __forceinline__ bool attn_load_block(const KernelArgs& a, unsigned n,
                                                 unsigned char* ring, u64* full_k, u64* full_v,
                                                 u64* empty_k, u64* empty_v, const TensorMap* map_k,
                                                 const TensorMap* map_v, int j, int l) {
-  using S = AttnShape<D>;
+  using S = AttnShape<D, BN>;
   const int s = static_cast<int>(n % S::kStages);
   const unsigned reuse = ((n / S::kStages) - 1) & 1;
   if (n >= S::kStages && !mbar_wait(a, empty_k + s, reuse, s)) return false;
@@ -458,10 +462,10 @@ __device__ __forceinline__ bool attn_load_block(const KernelArgs& a, unsigned n,
 }
 
 // The Q tile of `at` into a Q slot, completing on q_bar.
-template <int D>
+template <int D, int BN>
 __device__ __forceinline__ void attn_load_q(const KernelArgs& a, const abi::AttentionTileArgs& at,
                                             unsigned char* q_smem, u64* q_bar) {
-  using S = AttnShape<D>;
+  using S = AttnShape<D, BN>;
   const TensorMap* map_q = a.tensor_maps + at.map_q;
   mbar_expect_tx(q_bar, S::kQBytes);
 #pragma unroll
@@ -472,20 +476,21 @@ __device__ __forceinline__ void attn_load_q(const KernelArgs& a, const abi::Atte
 #endif  // MKC_HAS_WGMMA
 
 // The task: args AttentionTileArgs (abi.h) with map_q, map_k and map_v set (3-D maps of the
-// [L, S, D] views, boxes of 64 columns x 128 rows x 1 slice); views {Q, K, V, O[, acc, max,
-// sum]}. Needs kThreads threads and AttnShape<D>::kSmemBytes of dynamic shared memory.
+// [L, S, D] views, boxes of 64 columns x 128 (Q) or BN (K, V) rows x 1 slice); views {Q, K, V,
+// O[, acc, max, sum]}. Needs kThreads threads and AttnShape<D, BN>::kSmemBytes of dynamic shared
+// memory.
 // `next_args`/`next_v`: the CTA's next task when it is an attention tile of this class that waits
 // for nothing (the kernel's loop says so), else null. The ring, its mbarriers and two Q slots
 // then persist across the tiles (PipeState, numbering loads from the ring's initialisation as the
 // GEMM does): while this tile's consumers finish, the producer loads the next tile's Q into the
 // other slot and its first key blocks into the stages they free, so the next tile starts on
 // loaded data instead of paying the loads' latency after this one's epilogue.
-template <typename T, typename TO, int D>
+template <typename T, typename TO, int D, int BN = 128>
 __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const long long* args,
                                    int nb, unsigned char* smem, const long long* next_args,
                                    const View* next_v) {
 #if MKC_HAS_WGMMA
-  using S = AttnShape<D>;
+  using S = AttnShape<D, BN>;
   const abi::AttentionTileArgs& at = args_as<abi::AttentionTileArgs>(args);
   PipeState* ps = reinterpret_cast<PipeState*>(smem);
   u64* bars = reinterpret_cast<u64*>(smem + kAttnBarOffset);
@@ -499,7 +504,7 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
   unsigned char* q_slots = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<unsigned long long>(smem) + 1024 + 1023) & ~1023ull);
   unsigned char* ring = q_slots + 2 * S::kQBytes;
-  const int nblocks = attn_blocks<D>(at, v[1].shape[1]);
+  const int nblocks = attn_blocks<D, BN>(at, v[1].shape[1]);
   // No tile prefetches for one that returns at once (below), so the ring's state stays valid.
   if (attn_returns_at_once(at, nblocks)) return;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
@@ -535,25 +540,26 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
       asm volatile("fence.proxy.async.global;" ::: "memory");
       const TensorMap* map_k = a.tensor_maps + at.map_k;
       const TensorMap* map_v = a.tensor_maps + at.map_v;
-      if (pre == 0) attn_load_q<D>(a, at, q_smem, q_full + (tile & 1));
+      if (pre == 0) attn_load_q<D, BN>(a, at, q_smem, q_full + (tile & 1));
       bool ok = true;
       for (int j = pre > 0 ? pre - 1 : 0; ok && j < nblocks; ++j)
-        ok = attn_load_block<D>(a, c0 + j, ring, full_k, full_v, empty_k, empty_v, map_k, map_v, j,
-                                static_cast<int>(at.l));
+        ok = attn_load_block<D, BN>(a, c0 + j, ring, full_k, full_v, empty_k, empty_v, map_k, map_v,
+                                    j, static_cast<int>(at.l));
       if (ok && next_args != nullptr) {
         const abi::AttentionTileArgs& nx = args_as<abi::AttentionTileArgs>(next_args);
-        const int next_blocks = attn_blocks<D>(nx, next_v[1].shape[1]);
+        const int next_blocks = attn_blocks<D, BN>(nx, next_v[1].shape[1]);
         if (!attn_returns_at_once(nx, next_blocks)) {
           // Its Q into the other slot (free: the tile before this one used it), then at most a
           // ring's worth of its key blocks, each as this tile's consumers free a stage.
           const unsigned next_tile = tile + 1;
-          attn_load_q<D>(a, nx, q_slots + (next_tile & 1) * S::kQBytes, q_full + (next_tile & 1));
+          attn_load_q<D, BN>(a, nx, q_slots + (next_tile & 1) * S::kQBytes,
+                             q_full + (next_tile & 1));
           const int n = next_blocks < S::kStages ? next_blocks : S::kStages;
           int j = 0;
           for (; ok && j < n; ++j)
-            ok = attn_load_block<D>(a, c0 + nblocks + j, ring, full_k, full_v, empty_k, empty_v,
-                                    a.tensor_maps + nx.map_k, a.tensor_maps + nx.map_v, j,
-                                    static_cast<int>(nx.l));
+            ok = attn_load_block<D, BN>(a, c0 + nblocks + j, ring, full_k, full_v, empty_k, empty_v,
+                                        a.tensor_maps + nx.map_k, a.tensor_maps + nx.map_v, j,
+                                        static_cast<int>(nx.l));
           next_pre = ok ? 1 + n : 0;
         }
       }
@@ -572,8 +578,9 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
     setmaxnreg_inc<168>();
   } else {
     setmaxnreg_inc<232>();
-    attention_consumer<T, TO, D>(a, v, at, nb, q_smem, ring, q_full + (tile & 1), (tile >> 1) & 1,
-                                 full_k, full_v, empty_k, empty_v, nblocks, c0, wg - 1, t);
+    attention_consumer<T, TO, D, BN>(a, v, at, nb, q_smem, ring, q_full + (tile & 1),
+                                     (tile >> 1) & 1, full_k, full_v, empty_k, empty_v, nblocks, c0,
+                                     wg - 1, t);
     __syncwarp();
     named_bar_sync(kBarGroup + wg - 1, 128);
     setmaxnreg_dec<168>();

@@ -177,7 +177,7 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 // The accumulator operands of the wgmma wrappers below: D (64 x N, f32) is N / 2 registers per
-// thread, PTX operands %0.. (strings) and "+f" constraints, for N = 64, 128 and 256.
+// thread, PTX operands %0.. (strings) and "+f" constraints, for N = 64, 128, 192 and 256.
 #define MKC_WGMMA_D32                                                                          \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -191,6 +191,10 @@ __device__ __forceinline__ void wgmma_wait() {
   "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, " \
   "%99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, "  \
   "%114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define MKC_WGMMA_D96                                                                       \
+  MKC_WGMMA_D64                                                                             \
+  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, " \
+  "%81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define MKC_WGMMA_D32_OPS(d)                                                                      \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
@@ -203,6 +207,12 @@ __device__ __forceinline__ void wgmma_wait() {
       "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), \
       "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), \
       "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define MKC_WGMMA_D96_OPS(d)                                                                     \
+  MKC_WGMMA_D64_OPS(d), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]),         \
+      "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), \
+      "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), \
+      "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), \
+      "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
 #define MKC_WGMMA_D128_OPS(d)                                                                    \
   MKC_WGMMA_D64_OPS(d), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]),         \
       "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), \
@@ -222,7 +232,7 @@ __device__ __forceinline__ void wgmma_wait() {
 //   wgmma_m64n<N>k16_rs_<ab>: A from registers (four 32-bit words of two 16-bit values each, in
 //                             the accumulator layout of a 64 x 16 tile), B in shared memory.
 // kTransB: B N-major (1, the GEMM's B and attention's V) or K-major (0, attention's K in Q Kᵀ).
-// One generator per (width, type); I0..I6 are the PTX operand numbers after D's (32, 64 or 128):
+// One generator per (width, type); I0..I6 are the PTX operand numbers after D's (32 .. 128):
 // the shared-memory form takes da, db, accumulate, kTransB; the register form a[0..3], db,
 // accumulate, kTransB. The GEMM tiles always accumulate (their accumulators start at zero).
 #define MKC_DEFINE_WGMMA(N, AB, DREGS, DOPS, I0, I1, I2, I3, I4, I5, I6)                          \
@@ -251,14 +261,18 @@ MKC_DEFINE_WGMMA(64, bf16, MKC_WGMMA_D32, MKC_WGMMA_D32_OPS, 32, 33, 34, 35, 36,
 MKC_DEFINE_WGMMA(64, f16, MKC_WGMMA_D32, MKC_WGMMA_D32_OPS, 32, 33, 34, 35, 36, 37, 38)
 MKC_DEFINE_WGMMA(128, bf16, MKC_WGMMA_D64, MKC_WGMMA_D64_OPS, 64, 65, 66, 67, 68, 69, 70)
 MKC_DEFINE_WGMMA(128, f16, MKC_WGMMA_D64, MKC_WGMMA_D64_OPS, 64, 65, 66, 67, 68, 69, 70)
+MKC_DEFINE_WGMMA(192, bf16, MKC_WGMMA_D96, MKC_WGMMA_D96_OPS, 96, 97, 98, 99, 100, 101, 102)
+MKC_DEFINE_WGMMA(192, f16, MKC_WGMMA_D96, MKC_WGMMA_D96_OPS, 96, 97, 98, 99, 100, 101, 102)
 MKC_DEFINE_WGMMA(256, bf16, MKC_WGMMA_D128, MKC_WGMMA_D128_OPS, 128, 129, 130, 131, 132, 133, 134)
 MKC_DEFINE_WGMMA(256, f16, MKC_WGMMA_D128, MKC_WGMMA_D128_OPS, 128, 129, 130, 131, 132, 133, 134)
 #undef MKC_DEFINE_WGMMA
 #undef MKC_WGMMA_D32
 #undef MKC_WGMMA_D64
+#undef MKC_WGMMA_D96
 #undef MKC_WGMMA_D128
 #undef MKC_WGMMA_D32_OPS
 #undef MKC_WGMMA_D64_OPS
+#undef MKC_WGMMA_D96_OPS
 #undef MKC_WGMMA_D128_OPS
 
 // The swapped GEMM tile's wgmma (gemm_sm90.cuh, SwapShape): D(64 x N, f32) += A(64 x 16) x
@@ -322,12 +336,18 @@ __device__ __forceinline__ void wgmma_tile_ta(float* d, u64 da, u64 db) {
 template <typename T, int BN, int kTransB = 1>
 __device__ __forceinline__ void wgmma_tile(float* d, u64 da, u64 db, int accumulate = 1) {
   constexpr bool bf = is_same<T, __nv_bfloat16>::value;
-  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma tiles are 64, 128 or 256 wide here");
+  static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
+                "wgmma tiles are 64, 128, 192 or 256 wide here");
   if constexpr (BN == 256) {
     if constexpr (bf)
       wgmma_m64n256k16_bf16<kTransB>(d, da, db, accumulate);
     else
       wgmma_m64n256k16_f16<kTransB>(d, da, db, accumulate);
+  } else if constexpr (BN == 192) {
+    if constexpr (bf)
+      wgmma_m64n192k16_bf16<kTransB>(d, da, db, accumulate);
+    else
+      wgmma_m64n192k16_f16<kTransB>(d, da, db, accumulate);
   } else if constexpr (BN == 64) {
     if constexpr (bf)
       wgmma_m64n64k16_bf16<kTransB>(d, da, db, accumulate);

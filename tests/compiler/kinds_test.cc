@@ -2,6 +2,7 @@
 // what code generation and the scheduler read of a kind follows from the task, not from a switch
 // elsewhere.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <set>
 #include <string>
@@ -144,6 +145,56 @@ TEST_CASE("the scheduler's load of an attention tile counts the keys its queries
   CHECK(k.compute_load(t).value() == 128 * (128 + 640));
   // A GEMM tile's tasks cost alike: round robin.
   CHECK_FALSE(kind_of(TaskKind::kGemmTile).compute_load(gemm_task()).has_value());
+}
+
+// The tensor-core attention tile walks keys in blocks of 192 at head dim 64 when the schedule
+// asks (tile(q, 192)), else of 128: its class, template argument, K and V boxes and shared memory
+// (attention_sm90.cuh, AttnShape: 2048 + two Q slots + the stages) follow.
+TEST_CASE("an attention tile's key block follows tile(q, 192) at head dim 64 only") {
+  const auto task_at = [](int64_t d, int64_t key_block) {
+    Task t;
+    t.kind = TaskKind::kAttentionTile;
+    t.views = {View{0, 0, 0, {2, 256, d}}, View{0, 1, 0, {2, 1000, d}}, View{0, 2, 0, {2, 1000, d}},
+               View{0, 3, 0, {2, 256, d}}};
+    abi::AttentionTileArgs a{};
+    a.q0 = 128, a.q1 = 256, a.last = 1, a.key_block = key_block;
+    a.map_q = a.map_k = a.map_v = abi::kNoMap;
+    plan::set_args(t, a);
+    return t;
+  };
+  struct Case {
+    int64_t d, asked;
+    int keys, smem;
+  };
+  for (const Case c : {Case{64, 192, 192, 2048 + 2 * 16384 + 3 * 49152},
+                       Case{64, 0, 128, 2048 + 2 * 16384 + 4 * 32768},
+                       Case{64, 64, 128, 2048 + 2 * 16384 + 4 * 32768},
+                       Case{128, 192, 128, 2048 + 2 * 32768 + 2 * 65536},
+                       Case{128, 0, 128, 2048 + 2 * 32768 + 2 * 65536}}) {
+    CAPTURE(c.d);
+    CAPTURE(c.asked);
+    FakeSource s(true);
+    const Task t = task_at(c.d, c.asked);
+    const Kind& k = kind_of(t);
+    CHECK(k.key_variant(s, t) == fmt::format(":tma_d{}_k{}", c.d, c.keys));
+    CHECK(k.path(s, t).find(fmt::format("blocks of {} keys", c.keys)) != std::string::npos);
+    CHECK(k.launch(s, t).dynamic_smem == c.smem);
+    CHECK(k.launch(s, t).dynamic_smem <= 227 * 1024);
+    k.emit(s, t);
+    CHECK(s.text.find(fmt::format(", {}, {}>(a, v, args", c.d, c.keys)) != std::string::npos);
+    // The arguments the device reads: three maps, the rest as lowered.
+    Task lowered = t;
+    lowered.args = k.device_args(s, t);
+    const auto at = plan::args_as<abi::AttentionTileArgs>(lowered);
+    CHECK(at.map_q == 0);
+    CHECK(at.map_k == 1);
+    CHECK(at.map_v == 2);
+    CHECK(at.key_block == c.asked);
+  }
+  // Without tensor cores the SIMT tile runs whatever was asked.
+  FakeSource simt(false);
+  const Task t = task_at(64, 192);
+  CHECK(kind_of(t).key_variant(simt, t).empty());
 }
 
 }  // namespace

@@ -62,12 +62,12 @@ std::string run(Built& b, int launches, const std::string& label) {
 
 const char* kAttention = R"(
 schedule attn {
-  param B = 1, H = 1, SQ = 128, SK = 128, D = 128, MASK = 1
+  param B = 1, H = 1, SQ = 128, SK = 128, D = 128, MASK = 1, KB = 128
   input  Q : T[B, H, SQ, D]
   input  K : T[B, H, SK, D]
   input  V : T[B, H, SK, D]
   output O : T[B, H, SQ, D]
-  compute att = attention(Q, K, V -> O, causal = MASK - 1) tile(128, 128)
+  compute att = attention(Q, K, V -> O, causal = MASK - 1) tile(128, KB)
 }
 )";
 
@@ -82,23 +82,34 @@ GPU_TEST_CASE("attention: the tensor-core tile against fp64, every shape class")
   struct Shape {
     int64_t b, h, sq, sk, d, causal;
     const char* dtype;
+    int64_t kb = 128;  // keys per block asked for: 192 takes 192-key blocks at head dim 64
   };
   const std::vector<Shape> shapes = {
-      {1, 1, 128, 128, 128, 0, "bf16"},   {1, 1, 128, 128, 64, 1, "bf16"},
-      {2, 4, 1000, 1000, 128, 0, "bf16"}, {2, 4, 1000, 1000, 128, 1, "bf16"},
-      {4, 1, 129, 385, 64, 0, "bf16"},    {1, 3, 777, 300, 64, 1, "bf16"},
-      {1, 32, 512, 512, 128, 1, "bf16"},  {2, 2, 640, 2048, 128, 0, "f16"},
-      {1, 2, 300, 300, 64, 1, "f16"},
+      {1, 1, 128, 128, 128, 0, "bf16"},     {1, 1, 128, 128, 64, 1, "bf16"},
+      {2, 4, 1000, 1000, 128, 0, "bf16"},   {2, 4, 1000, 1000, 128, 1, "bf16"},
+      {4, 1, 129, 385, 64, 0, "bf16"},      {1, 3, 777, 300, 64, 1, "bf16"},
+      {1, 32, 512, 512, 128, 1, "bf16"},    {2, 2, 640, 2048, 128, 0, "f16"},
+      {1, 2, 300, 300, 64, 1, "f16"},       {4, 1, 129, 385, 64, 0, "bf16", 192},
+      {1, 3, 777, 300, 64, 1, "bf16", 192}, {2, 2, 1000, 1000, 64, 1, "bf16", 192},
+      {1, 2, 300, 577, 64, 0, "f16", 192},  {2, 4, 1000, 1000, 128, 1, "bf16", 192},
   };
   for (const Shape& s : shapes) {
-    const std::string label = fmt::format("{} B={} H={} Sq={} Sk={} D={} causal={}", s.dtype, s.b,
-                                          s.h, s.sq, s.sk, s.d, s.causal);
+    const std::string label = fmt::format("{} B={} H={} Sq={} Sk={} D={} causal={} key block {}",
+                                          s.dtype, s.b, s.h, s.sq, s.sk, s.d, s.causal, s.kb);
     SUBCASE(label.c_str()) {
-      Built b = build(
-          "attn", attention_text(s.dtype), 1,
-          {{"B", s.b}, {"H", s.h}, {"SQ", s.sq}, {"SK", s.sk}, {"D", s.d}, {"MASK", s.causal + 1}});
+      Built b = build("attn", attention_text(s.dtype), 1,
+                      {{"B", s.b},
+                       {"H", s.h},
+                       {"SQ", s.sq},
+                       {"SK", s.sk},
+                       {"D", s.d},
+                       {"MASK", s.causal + 1},
+                       {"KB", s.kb}});
       const std::string paths = run(b, 2, label);
       CHECK_MESSAGE(paths.find("wgmma") != std::string::npos, paths);
+      // 192-key blocks at head dim 64 only (compiler/kinds/attention_tile.cc).
+      const int64_t keys = s.kb == 192 && s.d == 64 ? 192 : 128;
+      CHECK_MESSAGE(paths.find(fmt::format("blocks of {} keys", keys)) != std::string::npos, paths);
       MESSAGE(label << ": " << paths << b.jit.registers << " registers, " << b.jit.spill_bytes
                     << " B spilled");
       // The consumers run on 232 registers (setmaxnreg): nothing spills at either head dim.
@@ -134,24 +145,27 @@ GPU_TEST_CASE("ring attention at batch 2: 2, 3, 4 and 8 ranks sharing the GPU") 
 // see no key (zeros), a slice that sees every key, and one that sees none.
 const char* kOffset = R"(
 schedule offset {
-  param B = 2, H = 2, SQ = 300, SK = 400, D = 128, QS = 1, KS = 1
+  param B = 2, H = 2, SQ = 300, SK = 400, D = 128, QS = 1, KS = 1, KB = 128
   input  Q : bf16[B, H, SQ, D]
   input  K : bf16[B, H, SK, D]
   input  V : bf16[B, H, SK, D]
   output O : bf16[B, H, SQ, D]
-  compute att = attention(Q, K, V -> O, causal = 1, q_start = QS, k_start = KS) tile(128, 128)
+  compute att = attention(Q, K, V -> O, causal = 1, q_start = QS, k_start = KS) tile(128, KB)
 }
 )";
 
 GPU_TEST_CASE("attention: causal with q_start and k_start on the tensor-core tile") {
   struct Case {
-    int64_t d, qs, ks;
+    int64_t d, qs, ks, kb = 128;
   };
-  for (const Case& k : {Case{128, 1, 38}, Case{64, 1, 38}, Case{128, 40, 1}, Case{64, 1, 250},
-                        Case{128, 500, 1}, Case{128, 1, 400}, Case{64, 200, 63}}) {
-    const std::string label = fmt::format("D={} q_start={} k_start={}", k.d, k.qs, k.ks);
+  for (const Case& k :
+       {Case{128, 1, 38}, Case{64, 1, 38}, Case{128, 40, 1}, Case{64, 1, 250}, Case{128, 500, 1},
+        Case{128, 1, 400}, Case{64, 200, 63}, Case{64, 1, 38, 192}, Case{64, 1, 250, 192},
+        Case{64, 200, 63, 192}, Case{64, 1, 400, 192}}) {
+    const std::string label =
+        fmt::format("D={} q_start={} k_start={} key block {}", k.d, k.qs, k.ks, k.kb);
     SUBCASE(label.c_str()) {
-      Built b = build("offset", kOffset, 1, {{"D", k.d}, {"QS", k.qs}, {"KS", k.ks}});
+      Built b = build("offset", kOffset, 1, {{"D", k.d}, {"QS", k.qs}, {"KS", k.ks}, {"KB", k.kb}});
       const std::string paths = run(b, 2, label);
       CHECK_MESSAGE(paths.find("wgmma") != std::string::npos, paths);
       CHECK_MESSAGE(b.jit.spill_bytes == 0, jit::resources_text(b.jit));
