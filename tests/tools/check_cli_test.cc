@@ -71,15 +71,22 @@ TEST_CASE("check --emit=ast prints the tree as JSON") {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   CHECK(j["schedules"][0]["name"] == "gemm_allreduce");
   CHECK(j["schedules"][0]["ranks"]["name"] == "R");
-  bool found_gemm = false;
+  bool found_gemm = false, found_allreduce = false;
   for (const auto& item : j["schedules"][0]["items"]) {
     if (item.value("op", "") == "gemm") {
       found_gemm = true;
-      CHECK(item["clauses"][0]["clause"] == "tile");
       CHECK(item["loc"].get<std::string>().find("samples/gemm_allreduce.mks:") == 0);
+    }
+    if (item.value("op", "") == "allreduce") {
+      found_allreduce = true;
+      REQUIRE(item["clauses"].is_array());
+      REQUIRE(item["clauses"].size() == 2);
+      CHECK(item["clauses"][0]["clause"] == "chunk");
+      CHECK(item["clauses"][1]["clause"] == "after");
     }
   }
   CHECK(found_gemm);
+  CHECK(found_allreduce);
 }
 
 TEST_CASE("check --diagnostics-format=json") {
