@@ -348,22 +348,23 @@ nlohmann::json to_json(const Plan& plan) {
 // task at a time instead (TaskText), and is the tree's: "tasks" is the last of the keys (they are
 // sorted), so the head's text ends where the tasks begin, and a task's own text, indented two
 // levels deeper, is what the whole tree's dump holds (tests/compiler/plan_test.cc).
-void write_json(const Plan& plan, const std::function<void(std::string_view)>& sink) {
-  std::string head = dump(head_json(plan));
+void write_json(const Plan& plan, const std::function<void(std::string_view)>& sink,
+                int64_t only_rank) {
+  json h = head_json(plan);
+  if (only_rank >= 0) h["rank"] = only_rank;
+  std::string head = dump(h);
   head.resize(head.size() - 2);  // "\n}"
   Pieces text(sink);
   text.put(head);
-  if (plan.tasks.empty()) {
-    text.put(",\n  \"tasks\": []\n}\n");
-    text.flush();
-    return;
-  }
-  text.put(",\n  \"tasks\": [\n");
+  bool any = false;
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    if (only_rank >= 0 && plan.tasks[i].rank != only_rank) continue;
+    text.put(any ? std::string_view(",\n") : ",\n  \"tasks\": [\n");
+    any = true;
     text.spaces(4);
     TaskText(&text, 4).task(plan, i);
-    text.put(i + 1 < plan.tasks.size() ? std::string_view(",\n") : "\n  ]\n}\n");
   }
+  text.put(any ? std::string_view("\n  ]\n}\n") : ",\n  \"tasks\": []\n}\n");
   text.flush();
 }
 

@@ -250,6 +250,10 @@ std::string summary(const Plan& plan);
 nlohmann::json to_json(const Plan& plan);
 // The same text as dsl::dump_json(to_json(plan)) followed by a newline, handed to `sink` in pieces
 // of about a megabyte, without building the tree (a plan's JSON runs to hundreds of megabytes).
-void write_json(const Plan& plan, const std::function<void(std::string_view)>& sink);
+// With `only_rank` >= 0 (a rank's plan, `mkc compile --rank`): that rank's tasks alone, and
+// "rank": only_rank beside the head's keys; the peers' tasks lowered for their edges with it
+// (Plan::lowered) are left out (gemm_allreduce at 64 ranks: 98% of the tasks).
+void write_json(const Plan& plan, const std::function<void(std::string_view)>& sink,
+                int64_t only_rank = -1);
 
 }  // namespace mkc::plan

@@ -90,5 +90,36 @@ TEST_CASE("write_json: a plan without tasks, and one of many tasks in bounded pi
   CHECK(got.largest < (1u << 20) + (64u << 10));
 }
 
+// A rank's plan (`mkc compile --rank R --emit plan`) writes R's tasks alone: the tree's tasks of
+// rank R in their order, its head with "rank": R, on one node and two.
+TEST_CASE("write_json: one rank's tasks, in the tree's order, with the rank in the head") {
+  for (int64_t per_node : {0, 2}) {
+    CAPTURE(per_node);
+    auto c = testing::sample("gemm_allreduce", 4, {{"M", 512}, {"N", 1024}, {"K", 256}}, per_node);
+    PassOptions po;
+    po.file = c->file.get();
+    const Plan p = build_plan(c->checked.at(0), po);
+    const nlohmann::json whole = to_json(p);
+    for (const int64_t rank : {0, 3}) {
+      CAPTURE(rank);
+      std::string text;
+      write_json(
+          p, [&](std::string_view piece) { text += piece; }, rank);
+      const nlohmann::json got = nlohmann::json::parse(text);
+      CHECK(got["rank"] == rank);
+      nlohmann::json expected = whole;
+      expected["rank"] = rank;
+      expected["tasks"] = nlohmann::json::array();
+      for (const auto& t : whole["tasks"]) {
+        if (t["rank"] == rank) expected["tasks"].push_back(t);
+      }
+      REQUIRE(!expected["tasks"].empty());
+      CHECK(expected["tasks"].size() < whole["tasks"].size());
+      CHECK(got == expected);
+      CHECK(text == dsl::dump_json(expected) + "\n");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mkc::plan

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -242,6 +243,14 @@ TEST_CASE("compile --rank: a rank planned with the ranks it needs, at any world 
     REQUIRE_MESSAGE(r.code == 0, r.err);
     CHECK_MESSAGE(r.out.find(expected) != std::string::npos, r.out);
     CHECK(fs::file_size(out + "/ring_attention.plan.json") > 1000);
+    // The JSON holds rank 1's tasks alone (the peers' were lowered for their edges with it).
+    const nlohmann::json j = nlohmann::json::parse(read_file(out + "/ring_attention.plan.json"));
+    CHECK(j["rank"] == 1);
+    REQUIRE(!j["tasks"].empty());
+    for (const auto& t : j["tasks"]) CHECK(t["rank"] == 1);
+    CHECK_MESSAGE(r.out.find(fmt::format("the JSON holds rank 1's {} tasks", j["tasks"].size())) !=
+                      std::string::npos,
+                  r.out);
   }
   std::vector<std::string> args = {"compile", "samples/ring_attention.mks",
                                    "--emit",  "plan",

@@ -686,7 +686,11 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
     Artefacts files(out_dir, name);
     if (emit.count("plan")) {
       clock.lap();
-      files.write(".plan.json", [&](const Artefacts::Sink& sink) { plan::write_json(p, sink); });
+      // A rank's plan (--rank) holds that rank's tasks; the peers' lowered for their edges with it
+      // are scaffolding, and were most of the file.
+      const int64_t only = p.lowered.empty() ? -1 : f.check.plan_rank;
+      files.write(".plan.json",
+                  [&](const Artefacts::Sink& sink) { plan::write_json(p, sink, only); });
       phases.add("write plan", clock.lap());
     }
     if (plan_only) {
@@ -696,12 +700,15 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
         for (int64_t r = 0; r < s.ranks; ++r) {
           if (p.lowered[r] && r != f.check.plan_rank) with.push_back(r);
         }
+        int64_t own = 0;
+        for (const plan::Task& t : p.tasks) own += t.rank == f.check.plan_rank ? 1 : 0;
         fmt::print(out,
                    "{}: plan of rank {} of {}, with the tasks of rank{} {} it needs: {}; "
-                   "planned in {:.3f} s\n",
+                   "planned in {:.3f} s{}\n",
                    file, f.check.plan_rank, s.ranks, with.size() == 1 ? "" : "s",
                    with.empty() ? std::string("none") : fmt::format("{}", fmt::join(with, ", ")),
-                   plan::summary(p), planned);
+                   plan::summary(p), planned,
+                   fmt::format("; the JSON holds rank {}'s {} tasks", f.check.plan_rank, own));
         continue;
       }
       fmt::print(out, "{}: plan for {} rank{}: {}; planned in {:.3f} s\n", file, s.ranks,
