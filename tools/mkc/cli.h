@@ -10,6 +10,9 @@ namespace mkc::cli {
 
 struct Terminal {
   bool err_is_tty = false;  // colour diagnostics on stderr (unless --color=never or NO_COLOR)
+  // The process ends when the command returns (the `mkc` binary, not a test calling run): a
+  // compile may leave its plan unfreed (cli.cc, bury).
+  bool process_exits = false;
 };
 
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
