@@ -252,7 +252,8 @@ nlohmann::json to_json(const Plan& plan);
 // of about a megabyte, without building the tree (a plan's JSON runs to hundreds of megabytes).
 // With `only_rank` >= 0 (a rank's plan, `mkc compile --rank`): that rank's tasks alone, and
 // "rank": only_rank beside the head's keys; the peers' tasks lowered for their edges with it
-// (Plan::lowered) are left out (gemm_allreduce at 64 ranks: 98% of the tasks).
+// (Plan::lowered) are left out (gemm_allreduce at 64 ranks: 98% of the tasks). The head's
+// "summary" still counts every task planned, the peers' too.
 void write_json(const Plan& plan, const std::function<void(std::string_view)>& sink,
                 int64_t only_rank = -1);
 

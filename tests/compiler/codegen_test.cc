@@ -662,24 +662,32 @@ namespace {
 
 // The attention task class: the tensor-core tile for bf16/f16 head dims 64 and 128 (3-D TMA maps
 // of the [L, S, D] views, also for one slice: the device issues 3-D loads), the SIMT tile
-// otherwise, and the choice named in Generated::paths.
+// otherwise, and the choice named in Generated::paths; at head dim 64 with tile(128, 192), blocks
+// of 192 keys (K and V boxes of 192 rows; a consumer then holds S and P of 192 keys).
 TEST_CASE("attention: the tensor-core tile where it applies, with 3-D maps, named in the paths") {
-  const auto schedule = [](int64_t d) {
+  const auto schedule = [](int64_t d, int64_t keys) {
     return std::make_shared<dsl::SourceFile>("attn.mks", fmt::format(R"(
 schedule attn {{
   input  Q : bf16[1, 1, 200, {0}]
   input  K : bf16[1, 1, 300, {0}]
   input  V : bf16[1, 1, 300, {0}]
   output O : bf16[1, 1, 200, {0}]
-  compute att = attention(Q, K, V -> O, causal = 1)
+  compute att = attention(Q, K, V -> O, causal = 1) tile(128, {1})
 }}
 )",
-                                                                     d));
+                                                                     d, keys));
   };
-  for (int64_t d : {64, 128, 40}) {
+  struct Case {
+    int64_t d, asked, keys;
+  };
+  for (const Case k : {Case{64, 128, 128}, Case{128, 128, 128}, Case{40, 128, 128},
+                       Case{64, 192, 192}, Case{128, 192, 128}}) {
+    const int64_t d = k.d;
+    CAPTURE(d);
+    CAPTURE(k.asked);
     compiler::CheckOptions opts;
     opts.ranks = {1};
-    const auto c = compiler::compile_file(schedule(d), opts);
+    const auto c = compiler::compile_file(schedule(d, k.asked), opts);
     REQUIRE_MESSAGE(c->ok(), dsl::render_text(c->diagnostics.all(), false));
     const codegen::Generated& g = c->kernels[0];
     REQUIRE(g.paths.size() == 1);
@@ -690,6 +698,7 @@ schedule attn {{
       continue;
     }
     CHECK(g.paths[0].find("wgmma") != std::string::npos);
+    CHECK(g.paths[0].find(fmt::format("blocks of {} keys", k.keys)) != std::string::npos);
     CHECK(g.threads == 384);
     // The consumers' registers (setmaxnreg: 232) hold O, S and P without a spill, and nothing
     // makes ptxas serialise the overlapped Q Kᵀ / P V wgmmas (causal: the mask's branches too).
@@ -698,12 +707,14 @@ schedule attn {{
     const jit::JitOutput out = jit::jit_compile(g.source, "attn.cu", g.kernel_name, jo);
     CHECK(out.spill_bytes == 0);
     CHECK_MESSAGE(out.log.find("are serialized") == std::string::npos, out.log);
+    // Q's map, then K's and V's.
     REQUIRE(g.tensor_maps.size() == 3);
-    for (const codegen::TensorMapSpec& m : g.tensor_maps) {
+    for (size_t i = 0; i < g.tensor_maps.size(); ++i) {
+      const codegen::TensorMapSpec& m = g.tensor_maps[i];
       CHECK(m.dims == 3);
       CHECK(m.depth == 1);
       CHECK(m.cols == d);
-      CHECK(m.box_rows == 128);
+      CHECK(m.box_rows == (i == 0 ? 128 : k.keys));
       CHECK(m.box_cols == 64);
     }
   }

@@ -6,6 +6,8 @@
 
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "compiler/kinds/kind.h"
 #include "support/error.h"
@@ -26,10 +28,14 @@ class FakeSource final : public Source {
     throw InternalError("no device functions here");
   }
   bool writes_other_node(const Task&) const override { return false; }
-  int tensor_map(const View&, int, int) override { return maps++; }
+  int tensor_map(const View&, int rows, int cols) override {
+    boxes.emplace_back(rows, cols);
+    return maps++;
+  }
   void line(const std::string& s) override { text += s + "\n"; }
   std::string text;
   int maps = 0;
+  std::vector<std::pair<int, int>> boxes;  // each map's box (rows, cols), in order
 
  private:
   bool tensor_cores_;
@@ -190,6 +196,11 @@ TEST_CASE("an attention tile's key block follows tile(q, 192) at head dim 64 onl
     CHECK(at.map_k == 1);
     CHECK(at.map_v == 2);
     CHECK(at.key_block == c.asked);
+    // Q's box is 128 rows, K's and V's a key block.
+    REQUIRE(s.boxes.size() == 3);
+    CHECK(s.boxes[0] == std::pair<int, int>{128, 64});
+    CHECK(s.boxes[1] == std::pair<int, int>{c.keys, 64});
+    CHECK(s.boxes[2] == std::pair<int, int>{c.keys, 64});
   }
   // Without tensor cores the SIMT tile runs whatever was asked.
   FakeSource simt(false);

@@ -468,13 +468,11 @@ class Artefacts {
   std::set<std::string> written_;
 };
 
-// Parses and checks `file` through the whole pipeline, printing its diagnostics; null on errors.
-// Without `generate`, it stops at the plans (no kernel source).
 // Keeps a compilation until the process ends instead of freeing it, when the process ends right
 // after the command (Terminal::process_exits): a plan of a quarter of a million tasks is millions
-// of small allocations, and freeing them took 0.2-0.3 s of a 2.5 s compile (gemm_allreduce at 64
-// ranks, --rank 0). The memory stays reachable from here, so leak checkers do not report it (Clang
-// does the same with -disable-free).
+// of small allocations, and freeing them took about half a second of a 3 s compile
+// (gemm_allreduce at 64 ranks, --rank 0, docs/RESULTS.md). The memory stays reachable from here, so
+// leak checkers do not report it (Clang does the same with -disable-free).
 class Burial {
  public:
   Burial(std::unique_ptr<compiler::Compilation>* c, bool on) : c_(c), on_(on) {}
@@ -491,6 +489,8 @@ class Burial {
   bool on_;
 };
 
+// Parses and checks `file` through the whole pipeline, printing its diagnostics; null on errors.
+// Without `generate`, it stops at the plans (no kernel source).
 std::unique_ptr<compiler::Compilation> front_end(
     std::shared_ptr<const dsl::SourceFile> file, const Flags& f, std::ostream& err,
     const Terminal& term, bool generate = true, const compiler::TunedFor& tuned = nullptr,

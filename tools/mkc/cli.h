@@ -11,7 +11,7 @@ namespace mkc::cli {
 struct Terminal {
   bool err_is_tty = false;  // colour diagnostics on stderr (unless --color=never or NO_COLOR)
   // The process ends when the command returns (the `mkc` binary, not a test calling run): a
-  // compile may leave its plan unfreed (cli.cc, bury).
+  // compile may leave its plan unfreed (cli.cc, Burial).
   bool process_exits = false;
 };
 
