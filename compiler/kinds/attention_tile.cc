@@ -126,11 +126,8 @@ class AttentionTile final : public Kind {
   Launch launch(const Source& s, const Task& t) const override {
     Launch l;
     if (const int d = tma_d(s, t)) {
-      // templates/mkc/attention_sm90.cuh, AttnShape: header 2048 + two Q slots + the K,V stages.
-      const int kb = key_block(t, d);
-      const int stage = 2 * kb * d * 2, stages = d == 128 ? 2 : kb == 128 ? 4 : 3;
       l.threads = 384;
-      l.dynamic_smem = 2048 + 2 * 128 * d * 2 + stages * stage;
+      l.dynamic_smem = abi::attention_smem_bytes(d, key_block(t, d));
     }
     return l;
   }

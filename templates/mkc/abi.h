@@ -253,6 +253,17 @@ struct AttentionTileArgs {
   i64 key_block;
 };
 
+// The tensor-core attention tile's ring, one home for the kind's launch (compiler/kinds/
+// attention_tile.cc) and the template (attention_sm90.cuh, AttnShape): K and V stages at head dim
+// d with key blocks of kb keys, and the dynamic shared memory (a 2048-byte header, two Q slots of
+// 128 queries, the stages of K then V).
+constexpr MKC_ABI_FN int attention_stages(int d, int kb) {
+  return d == 128 ? 2 : kb == 128 ? 4 : 3;
+}
+constexpr MKC_ABI_FN int attention_smem_bytes(int d, int kb) {
+  return 2048 + 2 * 128 * d * 2 + attention_stages(d, kb) * 2 * kb * d * 2;
+}
+
 // signal: no views.
 struct SignalArgs {
   i64 peer;

@@ -55,10 +55,11 @@ struct AttnShape {
   static constexpr int kQBytes = kBoxes * kQBoxBytes;
   static constexpr int kKBytes = kBoxes * kKBoxBytes;
   static constexpr int kStageBytes = 2 * kKBytes;  // K then V
-  static constexpr int kStages = D == 128 ? 2 : BN == 128 ? 4 : 3;
+  static constexpr int kStages = abi::attention_stages(D, BN);
   // Header (PipeState of the GEMM, this tile's mbarriers) + slack to align to 1024 + two Q slots
   // (the next tile's Q loads while this one's is in use) + ring.
   static constexpr int kSmemBytes = 2048 + 2 * kQBytes + kStages * kStageBytes;
+  static_assert(kSmemBytes == abi::attention_smem_bytes(D, BN), "the kind's launch asks for this");
   // PipeState::bn while the ring is the attention's: no GEMM geometry (BM * 1000 + BN) is negative.
   static constexpr int kKey = -(D * 1000 + BN);
 };
