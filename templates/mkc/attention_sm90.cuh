@@ -179,16 +179,30 @@ __device__ __forceinline__ void attn_mask(float* sc, int key0, int Sk, bool caus
 // Online softmax of one block, per row h: the block's max, the factor alpha[h] that rescales what
 // came before, P = exp2(scale2 * S - m) in f32 in place of S (packed to 16 bits once the last
 // P V is done with the registers of P, attn_pack_p), and the running sum (per thread; the quad's
-// parts are added at the end).
+// parts are added at the end). The row's max and sum over the thread's kN / 4 values run as four
+// chains each, not one: while the other warpgroup holds the tensor cores, one warp per scheduler
+// runs this, and a chain of kN / 4 dependent adds would leave it waiting on each add's latency
+// (MKC_ATTN_SERIAL_ROWS, an NVRTC -D, keeps the single chains, for comparison).
 template <int kN>
 __device__ __forceinline__ void attn_softmax(float* sc, float* m, float* l, float scale2,
                                              float* alpha) {
+#ifdef MKC_ATTN_SERIAL_ROWS
+  constexpr int kChains = 1;
+#else
+  constexpr int kChains = 4;
+#endif
+  static_assert((kN / 8) % kChains == 0, "the chains split the row's groups evenly");
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float mx = neg_inf();
+    float part[kChains];
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) part[c] = neg_inf();
 #pragma unroll
     for (int g = 0; g < kN / 8; ++g)
-      mx = fmaxf(mx, fmaxf(sc[4 * g + 2 * h], sc[4 * g + 2 * h + 1]));
+      part[g % kChains] = fmaxf(part[g % kChains], fmaxf(sc[4 * g + 2 * h], sc[4 * g + 2 * h + 1]));
+    float mx = part[0];
+#pragma unroll
+    for (int c = 1; c < kChains; ++c) mx = fmaxf(mx, part[c]);
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m[h], mx * scale2);
@@ -196,15 +210,19 @@ __device__ __forceinline__ void attn_softmax(float* sc, float* m, float* l, floa
     const float m_use = m_new == neg_inf() ? 0.0f : m_new;
     alpha[h] = ex2(m[h] - m_use);
     m[h] = m_new;
-    float sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) part[c] = 0.0f;
 #pragma unroll
     for (int g = 0; g < kN / 8; ++g) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         sc[4 * g + 2 * h + e] = ex2(fmaf(sc[4 * g + 2 * h + e], scale2, -m_use));
-        sum += sc[4 * g + 2 * h + e];
+        part[g % kChains] += sc[4 * g + 2 * h + e];
       }
     }
+    float sum = part[0];
+#pragma unroll
+    for (int c = 1; c < kChains; ++c) sum += part[c];
     l[h] = l[h] * alpha[h] + sum;
   }
 }
