@@ -24,8 +24,8 @@ std::optional<Tuned> tune_schedule(std::shared_ptr<const dsl::SourceFile> file, 
   int64_t ctas = options.check.sms;
   for (const plan::Role& r : base->plans[index].roles)
     if (r.name == "compute") ctas = r.count;
-  const std::vector<tune::TunableGemm> gemms = tune::tunable_gemms(s, ctas, options.check.sms);
-  if (gemms.empty()) return std::nullopt;
+  const std::vector<tune::TunableOp> ops = tune::tunable_ops(s, ctas, options.check.sms);
+  if (ops.empty()) return std::nullopt;
   const std::string name = s.name;
   // Each measurement compiles the whole file with the trial's knobs for this schedule only.
   const tune::Measure measure = [&](const tune::Knobs& knobs) {
@@ -48,7 +48,7 @@ std::optional<Tuned> tune_schedule(std::shared_ptr<const dsl::SourceFile> file, 
     return job.time_launches(options.iters);
   };
   return Tuned{tune::tune_key(*file, s, options.check, options.arch),
-               tune::search(gemms, measure, options.search, progress)};
+               tune::search(ops, measure, options.search, progress)};
 }
 
 }  // namespace mkc::rt

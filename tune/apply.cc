@@ -80,20 +80,31 @@ compiler::TunedFor tuned_from_db(const std::string& path,
   };
 }
 
-std::vector<TunableGemm> tunable_gemms(const compiler::CheckedSchedule& s, int64_t compute_ctas,
-                                       int64_t sms) {
-  std::vector<TunableGemm> out;
+std::vector<TunableOp> tunable_ops(const compiler::CheckedSchedule& s, int64_t compute_ctas,
+                                   int64_t sms) {
+  std::vector<TunableOp> out;
   for (const compiler::OpInstance& op : s.ops) {
-    if (op.kind != compiler::OpKind::kGemm || !op.tile.empty()) continue;
-    if (std::any_of(out.begin(), out.end(), [&](const TunableGemm& g) { return g.op == op.name; }))
+    if (!op.tile.empty()) continue;
+    if (std::any_of(out.begin(), out.end(), [&](const TunableOp& t) { return t.op == op.name; }))
       continue;
-    // The problem the lowering ranks this GEMM's candidates by.
-    out.push_back(TunableGemm{op.name, plan::gemm_problem(s, op, compute_ctas, sms, true)});
+    if (op.kind == compiler::OpKind::kGemm) {
+      // The problem the lowering ranks this GEMM's candidates by.
+      out.push_back(
+          TunableOp{op.name, op.kind, plan::gemm_problem(s, op, compute_ctas, sms, true), {}});
+    } else if (op.kind == compiler::OpKind::kAttention) {
+      // Key blocks of 192 at head dim 64 (compiler/kinds/attention_tile.cc); 16-bit Q, K and V,
+      // as the tensor-core tile takes them.
+      const compiler::TensorUse& q = op.inputs.at(0);
+      const compiler::DType t = s.tensors.at(q.tensor).dtype;
+      const bool half = t == compiler::DType::kBf16 || t == compiler::DType::kF16;
+      if (half && !q.shape.empty() && q.shape.back() == 64)
+        out.push_back(TunableOp{op.name, op.kind, {}, {{128, 192}}});
+    }
   }
   return out;
 }
 
-Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure,
+Entry search(const std::vector<TunableOp>& ops, const Measure& measure,
              const SearchOptions& options, std::ostream& progress) {
   const auto start = std::chrono::steady_clock::now();
   const auto elapsed = [&] {
@@ -106,24 +117,34 @@ Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure,
   double best = base;
   Entry entry;
   bool out_of_time = false;
-  for (const TunableGemm& g : gemms) {
-    // The model's first is the compiler's own pick, measured above as the baseline.
-    std::vector<GemmCandidate> cands = gemm_candidates(g.problem);
-    if (!cands.empty()) cands.erase(cands.begin());
-    const size_t n =
-        std::min<size_t>(cands.size(), static_cast<size_t>(std::max(options.candidates, 1)));
-    for (size_t i = 0; i < n; ++i) {
+  for (const TunableOp& o : ops) {
+    // Each trial's knobs and its line: the model's candidates after its first, the compiler's own
+    // pick, measured above as the baseline (a GEMM), or the other tiles (an attention).
+    std::vector<std::pair<plan::LowerOptions::Tuned, std::string>> trials;
+    if (o.kind == compiler::OpKind::kGemm) {
+      std::vector<GemmCandidate> cands = gemm_candidates(o.problem);
+      if (!cands.empty()) cands.erase(cands.begin());
+      cands.resize(
+          std::min<size_t>(cands.size(), static_cast<size_t>(std::max(options.candidates, 1))));
+      for (const GemmCandidate& c : cands) {
+        trials.push_back({plan::LowerOptions::Tuned{{c.bm, c.bn, c.bk}, c.split_k, c.cluster},
+                          fmt::format("{} (model {:.0f} us)", c.text(), c.predicted_us)});
+      }
+    } else {
+      for (const std::vector<int64_t>& t : o.tiles)
+        trials.push_back({plan::LowerOptions::Tuned{t, 1, 1}, tile_text(t)});
+    }
+    for (size_t i = 0; i < trials.size(); ++i) {
       if (elapsed() > options.budget_s) {
         out_of_time = true;
         break;
       }
-      const GemmCandidate& c = cands[i];
       Knobs trial = best_knobs;
-      trial[g.op] = plan::LowerOptions::Tuned{{c.bm, c.bn, c.bk}, c.split_k, c.cluster};
+      trial[o.op] = trials[i].first;
       const double us = measure(trial);
       const bool better = us < best;
-      fmt::print(progress, "  {} {} [{}/{}]: {:.2f} us (model {:.0f} us){}\n", g.op, c.text(),
-                 i + 1, n, us, c.predicted_us, better ? "  best so far" : "");
+      fmt::print(progress, "  {} {} [{}/{}]: {:.2f} us{}\n", o.op, trials[i].second, i + 1,
+                 trials.size(), us, better ? "  best so far" : "");
       progress.flush();
       if (better) {
         best = us;

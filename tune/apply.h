@@ -38,14 +38,19 @@ compiler::TunedFor tuned_from_db(const std::string& path,
                                  const compiler::CheckOptions& options, const std::string& arch,
                                  std::ostream& err);
 
-// A GEMM of `s` whose tile the compiler chooses (no tile(...)), once per operation name.
-struct TunableGemm {
+// An operation of `s` whose tile the compiler chooses (no tile(...), or tile(auto)), once per
+// operation name: a GEMM, whose problem ranks the cost model's candidates (tune/gemm_model.h), or
+// an attention whose tensor-core tile has a choice besides the compiler's own (128 queries by
+// key blocks of 128): at head dim 64, key blocks of 192.
+struct TunableOp {
   std::string op;
-  GemmProblem problem;
+  compiler::OpKind kind = compiler::OpKind::kGemm;
+  GemmProblem problem;                      // a GEMM's
+  std::vector<std::vector<int64_t>> tiles;  // an attention's candidates, tile(queries, keys) each
 };
 // `compute_ctas` of the kernel's `sms` CTAs run them.
-std::vector<TunableGemm> tunable_gemms(const compiler::CheckedSchedule& s, int64_t compute_ctas,
-                                       int64_t sms);
+std::vector<TunableOp> tunable_ops(const compiler::CheckedSchedule& s, int64_t compute_ctas,
+                                   int64_t sms);
 
 // Microseconds per launch of the schedule compiled with `knobs` (ops not named: the model's pick).
 using Measure = std::function<double(const Knobs& knobs)>;
@@ -56,9 +61,10 @@ struct SearchOptions {
 };
 
 // One operation at a time, the others at their best so far: the compiler's own pick first (the
-// baseline), then the model's best candidates; the fastest measured wins. A progress line per
-// measurement on `progress`. The entry's `us` is the best kernel time measured.
-Entry search(const std::vector<TunableGemm>& gemms, const Measure& measure,
+// baseline), then the model's best candidates (a GEMM) or the other tiles (an attention); the
+// fastest measured wins. A progress line per measurement on `progress`. The entry's `us` is the
+// best kernel time measured.
+Entry search(const std::vector<TunableOp>& ops, const Measure& measure,
              const SearchOptions& options, std::ostream& progress);
 
 }  // namespace mkc::tune

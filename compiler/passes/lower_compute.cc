@@ -1,5 +1,6 @@
 // Lowering of compute stages: one task per tile of the output, on compute CTAs.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -478,11 +479,26 @@ void Lowerer::lower_attention(int i) {
   const std::vector<int64_t> lead_shape(q.shape.begin(), q.shape.end() - 2);
   const int64_t L = product(lead_shape);
   const int64_t Sq = q.shape[n - 2], Dv = op.outputs[0].shape[n - 1];
+  // The tile asked for, or without one (tile(auto)) what `mkc tune` measured fastest, if anything.
+  std::vector<int64_t> tile = op.tile;
+  if (tile.empty() && opts_.tuned != nullptr) {
+    const auto it = opts_.tuned->find(op.name);
+    if (it != opts_.tuned->end()) {
+      tile = it->second.tile;
+      const bool noted = std::any_of(plan_.decisions.begin(), plan_.decisions.end(),
+                                     [&](const Decision& d) { return d.op == name_of(op); });
+      if (!noted) {
+        plan_.decisions.push_back(Decision{name_of(op),
+                                           fmt::format("tile({})", fmt::join(tile, ", ")),
+                                           "measured fastest by `mkc tune` (the tuning database)"});
+      }
+    }
+  }
   // 128 queries by default (the tensor-core tile's); the SIMT tile holds the row statistics of at
   // most 256.
-  const int64_t bq = std::min<int64_t>(op.tile.empty() ? 128 : op.tile[0], 256);
+  const int64_t bq = std::min<int64_t>(tile.empty() ? 128 : tile[0], 256);
   // Keys per block of the tensor-core tile as asked (tile(q, k)), 0: the kind's choice.
-  const int64_t key_block = op.tile.size() > 1 ? op.tile[1] : 0;
+  const int64_t key_block = tile.size() > 1 ? tile[1] : 0;
   // A merge group of one instance (a loop of one step: ring attention at R = 1) has nothing to
   // merge: no state.
   const bool acc = compiler::accumulates(op) && !(op.first_of_group && op.last_of_group);

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "compiler/pipeline.h"
+#include "compiler/plan/plan.h"
 #include "dsl/source.h"
 #include "tests/support/gpu.h"
 #include "tests/support/run.h"
@@ -117,7 +118,7 @@ TEST_CASE("mkc tune: --dry-run lists the model's candidates; measuring needs a G
   // A schedule whose GEMMs all have tile(...): nothing to tune.
   std::tie(rc, out) = run_command("./mkc tune --dry-run samples/allgather.mks");
   REQUIRE_MESSAGE(rc == 0, out);
-  CHECK(out.find("0 GEMM(s) without tile(...)") != std::string::npos);
+  CHECK(out.find("0 operation(s) to tune (no tile(...))") != std::string::npos);
   // Flags are checked.
   std::tie(rc, out) = run_command("./mkc tune --dry-run --candidates 0 samples/gemm.mks");
   CHECK(rc == 1);
@@ -157,7 +158,7 @@ TEST_CASE("tune's GEMM problem is the lowering's: clusters, staged operands") {
     const auto c = mkc::compiler::compile_file(mkc::dsl::SourceFile::read("samples/gemm.mks"),
                                                options, "", false);
     REQUIRE(c->ok());
-    const auto gemms = mkc::tune::tunable_gemms(c->checked[0], 132, 132);
+    const auto gemms = mkc::tune::tunable_ops(c->checked[0], 132, 132);
     REQUIRE(gemms.size() == 1);
     const mkc::tune::GemmProblem& p = gemms[0].problem;
     INFO(k.M << "x" << k.N << "x" << k.K);
@@ -190,7 +191,7 @@ TEST_CASE("the lowering's GEMM problem has the plan's compute CTAs, at one rank 
     for (const mkc::plan::Role& r : c->plans[0].roles)
       if (r.name == "compute") ctas = r.count;
     CHECK(ctas == (ranks == 1 ? 132 : 116));
-    const auto gemms = mkc::tune::tunable_gemms(c->checked[0], ctas, 132);
+    const auto gemms = mkc::tune::tunable_ops(c->checked[0], ctas, 132);
     REQUIRE(gemms.size() == 1);
     const auto cands = mkc::tune::gemm_candidates(gemms[0].problem);
     INFO("R " << ranks << ": " << c->plans[0].decisions.at(0).reason);
@@ -204,7 +205,7 @@ TEST_CASE("tune search: the fastest measurement wins, each one has a line, the b
   mkc::compiler::CheckOptions options;
   const auto c = gemm16(&options);
   REQUIRE(c->ok());
-  const auto gemms = mkc::tune::tunable_gemms(c->checked[0], 132, 132);
+  const auto gemms = mkc::tune::tunable_ops(c->checked[0], 132, 132);
   REQUIRE(gemms.size() == 1);
   CHECK(gemms[0].op == "mm");
   CHECK(gemms[0].problem.M == 16);
@@ -253,6 +254,72 @@ TEST_CASE("tune search: the fastest measurement wins, each one has a line, the b
   mkc::tune::search(gemms, measure, so, p3);
   CHECK(measured == 1);
   CHECK(p3.str().find("time budget") != std::string::npos);
+}
+
+// Attention's tile is a knob at head dim 64 (key blocks of 192 besides the compiler's 128): the
+// search measures it, and a compile with the winner lowers the attention with it and says so.
+TEST_CASE("tune: attention's key block at head dim 64 is measured, and the compile applies it") {
+  const auto schedule = [](int64_t d, const std::string& clause) {
+    return std::make_shared<mkc::dsl::SourceFile>(
+        "attn.mks", fmt::format("schedule attn {{\n  input Q : bf16[2, 3, 300, {0}]\n  input K : "
+                                "bf16[2, 3, 300, {0}]\n  input V : bf16[2, 3, 300, {0}]\n  output "
+                                "O : bf16[2, 3, 300, {0}]\n  compute att = attention(Q, K, V -> O, "
+                                "causal = 1){1}\n}}\n",
+                                d, clause));
+  };
+  mkc::compiler::CheckOptions options;
+  options.ranks = {1};
+  const auto ops_of = [&](int64_t d, const std::string& clause) {
+    const auto c = mkc::compiler::compile_file(schedule(d, clause), options, "", false);
+    REQUIRE(c->ok());
+    return mkc::tune::tunable_ops(c->checked[0], 132, 132);
+  };
+  // Head dim 128, or a tile asked for: nothing to tune.
+  CHECK(ops_of(128, "").empty());
+  CHECK(ops_of(64, " tile(128)").empty());
+  const auto ops = ops_of(64, " tile(auto)");
+  REQUIRE(ops.size() == 1);
+  CHECK(ops[0].op == "att");
+  CHECK(ops[0].kind == mkc::compiler::OpKind::kAttention);
+  CHECK(ops[0].tiles == std::vector<std::vector<int64_t>>{{128, 192}});
+  // A stand-in for the GPU where 192 keys win.
+  int measured = 0;
+  const mkc::tune::Measure measure = [&](const mkc::tune::Knobs& k) {
+    ++measured;
+    return k.empty() ? 30.0 : 27.0;
+  };
+  std::ostringstream progress;
+  const mkc::tune::Entry e = mkc::tune::search(ops, measure, mkc::tune::SearchOptions{}, progress);
+  CHECK(measured == 2);
+  REQUIRE(e.ops.count("att") == 1);
+  CHECK(e.ops.at("att").tile == std::vector<int64_t>{128, 192});
+  CHECK(progress.str().find("att tile(128, 192) [1/1]: 27.00 us  best so far") !=
+        std::string::npos);
+  // The compile with the winner: every tile of the attention asks for 192-key blocks.
+  mkc::tune::Knobs knobs;
+  knobs["att"] = mkc::plan::LowerOptions::Tuned{{128, 192}, 1, 1};
+  const auto c =
+      mkc::compiler::compile_file(schedule(64, ""), options, "", false,
+                                  [&](const mkc::compiler::CheckedSchedule&) { return knobs; });
+  REQUIRE(c->ok());
+  int tiles = 0;
+  for (const mkc::plan::Task& t : c->plans[0].tasks) {
+    if (t.kind != mkc::plan::TaskKind::kAttentionTile) continue;
+    ++tiles;
+    CHECK(mkc::plan::args_as<mkc::abi::AttentionTileArgs>(t).key_block == 192);
+  }
+  CHECK(tiles == 2 * 3 * 3);  // B x H x query tiles of 128 (300 rows: 3)
+  REQUIRE(c->plans[0].decisions.size() == 1);
+  CHECK(c->plans[0].decisions[0].choice == "tile(128, 192)");
+  CHECK(c->plans[0].decisions[0].reason.find("mkc tune") != std::string::npos);
+  // `mkc tune --dry-run` lists it.
+  const std::string dir = temp_dir();
+  { std::ofstream(dir + "/attn.mks") << schedule(64, "")->text(); }
+  const auto [rc, out] = run_command("./mkc tune --dry-run --ranks 1 " + dir + "/attn.mks");
+  REQUIRE_MESSAGE(rc == 0, out);
+  CHECK_MESSAGE(out.find("att (attention, the compiler's tile(128, 128)):\n    * tile(128, 192)") !=
+                    std::string::npos,
+                out);
 }
 
 GPU_TEST_CASE("mkc tune on a GPU: it measures, stores, and run applies; MKC_TUNE=on tunes a miss") {

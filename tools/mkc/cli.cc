@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -115,7 +116,8 @@ $MKC_NVRTC_OPTIONS adds NVRTC options.
 constexpr const char* kTuneUsage = R"(usage: mkc tune [options] FILE
 
 Measures, on this machine's GPU, the schedule's GEMMs without tile(...) at the tiles and split-K
-the cost model ranks best (tune/gemm_model.h), one operation at a time, and stores the fastest
+the cost model ranks best (tune/gemm_model.h), and its attentions at head dim 64 without
+tile(...) at key blocks of 192 besides 128, one operation at a time, and stores the fastest
 in the tuning database, which `mkc compile`, `mkc run` and the API then use for the same
 schedule, parameters, world size, ranks per node, arch, SMs and NVRTC. A line per measurement.
 
@@ -848,16 +850,18 @@ int tune_schedules(const std::shared_ptr<const dsl::SourceFile>& file, const Fla
     int64_t ctas = f.check.sms;
     for (const plan::Role& r : c->plans[k].roles)
       if (r.name == "compute") ctas = r.count;
-    const std::vector<tune::TunableGemm> gemms = tune::tunable_gemms(s, ctas, f.check.sms);
+    const std::vector<tune::TunableOp> ops = tune::tunable_ops(s, ctas, f.check.sms);
     const tune::Key key = tune::tune_key(*file, s, f.check, dev.arch());
-    if (only_missing && (gemms.empty() || tune::lookup(db, key, nullptr).has_value())) continue;
-    if (gemms.empty()) {
-      fmt::print(out, "{}: schedule {}: no GEMM without tile(...): nothing to tune\n", f.files[0],
-                 s.name);
+    if (only_missing && (ops.empty() || tune::lookup(db, key, nullptr).has_value())) continue;
+    if (ops.empty()) {
+      fmt::print(out,
+                 "{}: schedule {}: no GEMM, nor attention at head dim 64, without tile(...): "
+                 "nothing to tune\n",
+                 f.files[0], s.name);
       continue;
     }
-    fmt::print(out, "{}: schedule {} on {} rank(s), {}: tuning {} GEMM(s){}\n", f.files[0], s.name,
-               s.ranks, dev.name, gemms.size(),
+    fmt::print(out, "{}: schedule {} on {} rank(s), {}: tuning {} operation(s){}\n", f.files[0],
+               s.name, s.ranks, dev.name, ops.size(),
                only_missing ? " (MKC_TUNE=on, no entry in the database yet)" : "");
     out.flush();
     rt::TuneRunOptions to;
@@ -1108,11 +1112,17 @@ int cmd_tune(const std::vector<std::string>& args, std::ostream& out, std::ostre
       int64_t ctas = f.check.sms;
       for (const plan::Role& r : c->plans[k].roles)
         if (r.name == "compute") ctas = r.count;
-      const std::vector<tune::TunableGemm> gemms =
-          tune::tunable_gemms(c->checked[k], ctas, f.check.sms);
-      fmt::print(out, "{}: schedule {}: {} GEMM(s) without tile(...), {} compute CTAs\n",
-                 f.files[0], c->checked[k].name, gemms.size(), ctas);
-      for (const tune::TunableGemm& g : gemms) {
+      const std::vector<tune::TunableOp> ops = tune::tunable_ops(c->checked[k], ctas, f.check.sms);
+      fmt::print(out, "{}: schedule {}: {} operation(s) to tune (no tile(...)), {} compute CTAs\n",
+                 f.files[0], c->checked[k].name, ops.size(), ctas);
+      for (const tune::TunableOp& g : ops) {
+        if (g.kind == compiler::OpKind::kAttention) {
+          // Its tile besides the compiler's own, each measured.
+          fmt::print(out, "  {} (attention, the compiler's tile(128, 128)):\n", g.op);
+          for (const std::vector<int64_t>& t : g.tiles)
+            fmt::print(out, "    * tile({})\n", fmt::join(t, ", "));
+          continue;
+        }
         const auto cands = tune::gemm_candidates(g.problem);
         fmt::print(out, "  {} ({} x {} x {}{}):\n", g.op, g.problem.M, g.problem.N, g.problem.K,
                    g.problem.splittable ? ", split-K allowed" : "");
