@@ -80,11 +80,12 @@ int mkc_synchronize(mkc_kernel* k, char* err, int err_len);
  * Chrome/Perfetto trace JSON, as `mkc run --trace` writes it. */
 int mkc_trace(mkc_kernel* k, const char* path, char* err, int err_len);
 /* Kernel::tune (docs/TUNING.md): measures the cost model's best `candidates` for each GEMM
- * without tile(...), and the other tile of each head-dim-64 attention without one (at most `budget_s` seconds, `iters` launches timed each) on this process's
- * GPUs, stores the fastest in the tuning database and rebuilds the kernel with it; bindings and
- * tensor contents do not survive. *us gets the winner's µs per launch (0: nothing to tune);
- * `progress` (may be null) a line per measurement, truncated to progress_len. Every rank must be
- * in this process (a group's kernel is refused: each process would measure). */
+ * without tile(...), and the other tile of each head-dim-64 attention without one (at most
+ * `budget_s` seconds, `iters` launches timed each) on this process's GPUs, stores the fastest in
+ * the tuning database and rebuilds the kernel with it; bindings and tensor contents do not survive.
+ * *us gets the winner's µs per launch (0: nothing to tune); `progress` (may be null) a line per
+ * measurement, truncated to progress_len. Every rank must be in this process (a group's kernel is
+ * refused: each process would measure). */
 int mkc_tune(mkc_kernel* k, int candidates, double budget_s, int iters, double* us, char* progress,
              int progress_len, char* err, int err_len);
 /* One line per task class of the kernel: the device code it runs (tensor cores or SIMT). */
