@@ -90,15 +90,20 @@ std::vector<TunableOp> tunable_ops(const compiler::CheckedSchedule& s, int64_t c
     if (op.kind == compiler::OpKind::kGemm) {
       // The problem the lowering ranks this GEMM's candidates by.
       out.push_back(
-          TunableOp{op.name, op.kind, plan::gemm_problem(s, op, compute_ctas, sms, true), {}});
+          TunableOp{op.name, op.kind, plan::gemm_problem(s, op, compute_ctas, sms, true), {}, {}});
     } else if (op.kind == compiler::OpKind::kAttention) {
-      // Key blocks of 192 at head dim 64 (compiler/kinds/attention_tile.cc); 16-bit Q, K and V,
-      // as the tensor-core tile takes them.
+      // At head dim 64 (compiler/kinds/attention_tile.cc): 128 or 192 queries a tile, key blocks
+      // of 128 or (with 128 queries) 192; 16-bit Q, K and V, as the tensor-core tile takes them.
       const compiler::TensorUse& q = op.inputs.at(0);
       const compiler::DType t = s.tensors.at(q.tensor).dtype;
       const bool half = t == compiler::DType::kBf16 || t == compiler::DType::kF16;
-      if (half && !q.shape.empty() && q.shape.back() == 64)
-        out.push_back(TunableOp{op.name, op.kind, {}, {{128, 192}}});
+      if (half && !q.shape.empty() && q.shape.back() == 64) {
+        const int64_t rows = plan::attention_default_rows(s, op);
+        std::vector<std::vector<int64_t>> others;
+        if (rows != 128) others.push_back({128, 128});
+        others.push_back({128, 192});
+        out.push_back(TunableOp{op.name, op.kind, {}, {rows, 128}, others});
+      }
     }
   }
   return out;

@@ -40,12 +40,14 @@ compiler::TunedFor tuned_from_db(const std::string& path,
 
 // An operation of `s` whose tile the compiler chooses (no tile(...), or tile(auto)), once per
 // operation name: a GEMM, whose problem ranks the cost model's candidates (tune/gemm_model.h), or
-// an attention whose tensor-core tile has a choice besides the compiler's own (128 queries by
-// key blocks of 128): at head dim 64, key blocks of 192.
+// an attention whose tensor-core tile has choices besides the compiler's own: at head dim 64
+// (where the compiler takes 192 queries by key blocks of 128, or 128 by 128 beside a GEMM), 128
+// queries by key blocks of 128 and of 192.
 struct TunableOp {
   std::string op;
   compiler::OpKind kind = compiler::OpKind::kGemm;
   GemmProblem problem;                      // a GEMM's
+  std::vector<int64_t> own;                 // an attention's: the compiler's tile(queries, keys)
   std::vector<std::vector<int64_t>> tiles;  // an attention's candidates, tile(queries, keys) each
 };
 // `compute_ctas` of the kernel's `sms` CTAs run them.

@@ -61,10 +61,25 @@ class Generator final : public kinds::Source {
     if (o_.rank >= 0) g.task_ids = order_;
     classes();
     bool bulk_stores = false;
+    // One kernel has one CTA size: the classes that need one (the tensor-core tiles, built around
+    // their warpgroups' roles and register budgets) must agree.
+    const Task* sized = nullptr;
     for (const Task* t : class_tasks_) {
       const kinds::Launch l = kinds::kind_of(*t).launch(*this, *t);
       bulk_stores = bulk_stores || l.bulk_stores;
-      if (l.threads) g.threads = l.threads;
+      if (l.threads && sized != nullptr && l.threads != g.threads) {
+        throw UserError(fmt::format(
+            "schedule `{}`: task `{}` ({}) needs {} threads per CTA and task `{}` ({}) {}, but "
+            "one kernel has one CTA size; an attention tile of 192 queries (`tile(192, ...)` at "
+            "head dim 64) runs 512 threads and the tensor-core GEMM 384: give the attention "
+            "tile(128[, keys]), or put the operations in separate schedules",
+            p_.schedule, sized->label, kinds::kind_of(*sized).name(), g.threads, t->label,
+            kinds::kind_of(*t).name(), l.threads));
+      }
+      if (l.threads) {
+        g.threads = l.threads;
+        sized = t;
+      }
       g.dynamic_smem = std::max(g.dynamic_smem, l.dynamic_smem);
       if (l.portable_smem) g.portable_smem = l.portable_smem;
       g.cluster = std::max(g.cluster, l.cluster);
@@ -95,7 +110,7 @@ class Generator final : public kinds::Source {
     }
     // GEMM tiles that leave their TMA stores under way (templates/mkc/sync.cuh).
     if (bulk_stores) line("#define MKC_BULK_STORES 1");
-    if (g.threads == 384) {
+    if (g.threads >= 384) {
       // Beside the wgmma tiles (168 registers a thread) the reductions move one vector at a time:
       // more in flight spills.
       line("#define MKC_REDUCE_UNROLL 1");

@@ -111,23 +111,25 @@ class AttentionTile final : public Kind {
   }
 
   std::string key_variant(const Source& s, const Task& t) const override {
-    if (const int d = tma_d(s, t)) return fmt::format(":tma_d{}_k{}", d, key_block(t, d));
+    if (const int d = tma_d(s, t))
+      return fmt::format(":tma_d{}_k{}_q{}", d, key_block(t, d), query_block(t, d));
     return "";
   }
 
   std::string path(const Source& s, const Task& t) const override {
     if (const int d = tma_d(s, t))
       return fmt::format(
-          "{}: sm_90a wgmma + TMA, head dim {}, blocks of {} keys (SIMT without sm_90a)", name(), d,
-          key_block(t, d));
+          "{}: sm_90a wgmma + TMA, head dim {}, tiles of {} queries in {} consumer warpgroups, "
+          "blocks of {} keys (SIMT without sm_90a)",
+          name(), d, query_block(t, d), query_block(t, d) / 64, key_block(t, d));
     return std::string(name()) + ": SIMT (needs bf16/f16 Q, K, V with head dims 64 or 128)";
   }
 
   Launch launch(const Source& s, const Task& t) const override {
     Launch l;
     if (const int d = tma_d(s, t)) {
-      l.threads = 384;
-      l.dynamic_smem = abi::attention_smem_bytes(d, key_block(t, d));
+      l.threads = abi::attention_threads(query_block(t, d));
+      l.dynamic_smem = abi::attention_smem_bytes(d, key_block(t, d), query_block(t, d));
     }
     return l;
   }
@@ -136,9 +138,9 @@ class AttentionTile final : public Kind {
     if (const int d = tma_d(s, t)) {
       s.line("  extern __shared__ unsigned char mkc_smem[];");
       s.line(fmt::format(
-          "  mkc::sm90::attention_tile_tma<{}, {}, {}, {}>(a, v, args, kBuffers, mkc_smem, "
+          "  mkc::sm90::attention_tile_tma<{}, {}, {}, {}, {}>(a, v, args, kBuffers, mkc_smem, "
           "next_args, next_v);",
-          s.type_of(t, 0), s.type_of(t, 3), d, key_block(t, d)));
+          s.type_of(t, 0), s.type_of(t, 3), d, key_block(t, d), query_block(t, d)));
     } else {
       s.line(fmt::format("  mkc::attention_tile<{}, {}>(a, v, args, kBuffers);", s.type_of(t, 0),
                          s.type_of(t, 3)));
@@ -148,11 +150,11 @@ class AttentionTile final : public Kind {
   std::vector<int64_t> device_args(Source& s, const Task& t) const override {
     const int d = tma_d(s, t);
     if (d == 0) return t.args;
-    // 3-D maps of the [L, S, D] views: boxes of 64 columns x 128 (Q) or a key block's (K, V)
-    // rows x 1 slice.
+    // 3-D maps of the [L, S, D] views: boxes of 64 columns x a query tile's (Q) or a key
+    // block's (K, V) rows x 1 slice.
     abi::AttentionTileArgs at = plan::args_as<abi::AttentionTileArgs>(t);
     const int kb = key_block(t, d);
-    at.map_q = s.tensor_map(t.views[0], 128, 64);
+    at.map_q = s.tensor_map(t.views[0], query_block(t, d), 64);
     at.map_k = s.tensor_map(t.views[1], kb, 64);
     at.map_v = s.tensor_map(t.views[2], kb, 64);
     return plan::args_words(at);
@@ -160,15 +162,29 @@ class AttentionTile final : public Kind {
 
  private:
   // Keys per block of the tensor-core tile at head dim d (AttnShape in attention_sm90.cuh): 192
-  // at head dim 64 when the schedule asks for it (tile(q, 192)), else 128. At head dim 64 a
+  // at head dim 64 when the schedule asks for it (tile(128, 192)), else 128. At head dim 64 a
   // block's fixed costs (its barriers, the row maxima's shuffles, the turn between the consumer
-  // warpgroups) weigh twice what they do at 128 against the block's MMAs.
+  // warpgroups) weigh twice what they do at 128 against the block's MMAs. Tiles of 192 queries
+  // take blocks of 128: three consumer warpgroups have 160 registers a thread, not 232, and S
+  // and P of 192 keys do not fit beside O.
   static int key_block(const Task& t, int d) {
-    return d == 64 && plan::args_as<abi::AttentionTileArgs>(t).key_block == 192 ? 192 : 128;
+    return d == 64 && query_block(t, d) == 128 &&
+                   plan::args_as<abi::AttentionTileArgs>(t).key_block == 192
+               ? 192
+               : 128;
+  }
+
+  // Queries per tile of the tensor-core tile at head dim d: 192 at head dim 64 when the schedule
+  // asks for it (tile(192[, k])), in three consumer warpgroups of 64 rows (FlashAttention-3's
+  // tile at head dim 64: a tile's fixed costs spread over half as many rows again, and four
+  // warps per scheduler, not three, to hide the softmax's latencies); else 128 in two.
+  static int query_block(const Task& t, int d) {
+    return d == 64 && plan::args_as<abi::AttentionTileArgs>(t).query_block == 192 ? 192 : 128;
   }
 
   // The head dim (64 or 128) when the TMA + wgmma tile can take the task, else 0: Q, K, V of one
-  // 16-bit type, D = Dv of 64 or 128, query tiles of at most 128, views 16-byte aligned.
+  // 16-bit type, D = Dv of 64 or 128, query tiles of at most 128 (192 at head dim 64 when the
+  // op's tiles are of 192), views 16-byte aligned.
   static int tma_d(const Source& s, const Task& t) {
     if (!s.tensor_cores()) return 0;
     const View &q = t.views[0], &k = t.views[1], &v = t.views[2];
@@ -177,7 +193,7 @@ class AttentionTile final : public Kind {
     const int64_t d = q.shape[2];
     if ((d != 64 && d != 128) || k.shape[2] != d || v.shape[2] != d) return 0;
     const abi::AttentionTileArgs a = plan::args_as<abi::AttentionTileArgs>(t);
-    if (a.q1 - a.q0 > 128) return 0;
+    if (a.q1 - a.q0 > query_block(t, static_cast<int>(d))) return 0;
     for (const View* x : {&q, &k, &v}) {
       if ((x->offset * 2) % 16 != 0) return 0;
     }

@@ -87,4 +87,10 @@ GemmStaging gemm_staging(const compiler::CheckedSchedule& s, const compiler::OpI
 tune::GemmProblem gemm_problem(const compiler::CheckedSchedule& s, const compiler::OpInstance& op,
                                int64_t compute_ctas, int64_t sms, bool split_k);
 
+// The queries per task the compiler gives attention `op` of `s` without a tile(...): 192 at head
+// dim 64 (the tensor-core tile's three consumer warpgroups), unless a GEMM shares the kernel
+// (its tensor-core tile runs 384 threads to that tile's 512), else 128. The lowering's default,
+// and the choice `mkc tune` measures the others against.
+int64_t attention_default_rows(const compiler::CheckedSchedule& s, const compiler::OpInstance& op);
+
 }  // namespace mkc::plan

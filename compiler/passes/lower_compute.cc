@@ -466,6 +466,16 @@ void Lowerer::lower_reduce(int i) {
   }
 }
 
+// At head dim 64 three consumer warpgroups of 64 rows ran 5-11% faster than two on an H100
+// (2026-12-07, causal and not, S 2K-16K, batches of 1-16; docs/RESULTS.md).
+int64_t attention_default_rows(const compiler::CheckedSchedule& s, const OpInstance& op) {
+  const bool gemm_beside = std::any_of(s.ops.begin(), s.ops.end(), [](const OpInstance& m) {
+    return m.kind == OpKind::kGemm || m.kind == OpKind::kGroupedGemm;
+  });
+  const int64_t d = op.inputs.at(0).shape.back(), dv = op.outputs.at(0).shape.back();
+  return d == 64 && dv == 64 && !gemm_beside ? 192 : 128;
+}
+
 // attention_tile (abi::AttentionTileArgs): views {Q, K, V, O[, acc, m, l]}, each flattened for the
 // device to [L, S, D] (L the product of the leading dims). With accumulate, acc/m/l (f32,
 // compiler scratch per declaration, [L, Sq, Dv] / [L, Sq, 1] / [L, Sq, 1]) carry the online softmax
@@ -479,7 +489,21 @@ void Lowerer::lower_attention(int i) {
   const std::vector<int64_t> lead_shape(q.shape.begin(), q.shape.end() - 2);
   const int64_t L = product(lead_shape);
   const int64_t Sq = q.shape[n - 2], Dv = op.outputs[0].shape[n - 1];
-  // The tile asked for, or without one (tile(auto)) what `mkc tune` measured fastest, if anything.
+  // The tile an attention asked for, or without one (tile(auto)) what `mkc tune` measured
+  // fastest, if anything.
+  const auto tile_of = [&](const OpInstance& m) {
+    if (m.tile.empty() && opts_.tuned != nullptr) {
+      const auto it = opts_.tuned->find(m.name);
+      if (it != opts_.tuned->end()) return it->second.tile;
+    }
+    return m.tile;
+  };
+  // Queries per task: the tile's first size (the SIMT tile holds the row statistics of at most
+  // 256), else the compiler's.
+  const auto rows_of = [&](const OpInstance& m) -> int64_t {
+    const std::vector<int64_t> t = tile_of(m);
+    return t.empty() ? attention_default_rows(s_, m) : std::min<int64_t>(t[0], 256);
+  };
   std::vector<int64_t> tile = op.tile;
   if (tile.empty() && opts_.tuned != nullptr) {
     const auto it = opts_.tuned->find(op.name);
@@ -494,9 +518,7 @@ void Lowerer::lower_attention(int i) {
       }
     }
   }
-  // 128 queries by default (the tensor-core tile's); the SIMT tile holds the row statistics of at
-  // most 256.
-  const int64_t bq = std::min<int64_t>(tile.empty() ? 128 : tile[0], 256);
+  const int64_t bq = rows_of(op);
   // Keys per block of the tensor-core tile as asked (tile(q, k)), 0: the kind's choice.
   const int64_t key_block = tile.size() > 1 ? tile[1] : 0;
   // A merge group of one instance (a loop of one step: ring attention at R = 1) has nothing to
@@ -540,7 +562,7 @@ void Lowerer::lower_attention(int i) {
     }
     for (int j : group) {
       const OpInstance& m = s_.ops[j];
-      if (std::min<int64_t>(m.tile.empty() ? 128 : m.tile[0], 256) != bq) group.clear();
+      if (rows_of(m) != bq) group.clear();
       if (group.empty()) break;
     }
   }
@@ -618,7 +640,7 @@ void Lowerer::lower_attention(int i) {
         const auto [tile_first, tile_last, before] = ends[q0 / bq];
         set_args(t, abi::AttentionTileArgs{l, q0, q1, causal, offset, acc ? 1 : 0,
                                            tile_first ? 1 : 0, tile_last ? 1 : 0, scale_bits,
-                                           abi::kNoMap, abi::kNoMap, abi::kNoMap, key_block});
+                                           abi::kNoMap, abi::kNoMap, abi::kNoMap, key_block, bq});
         t.reads = {rows(qv, at, q0, q1), rows(kv, at, 0, kv.shape[n - 2]),
                    rows(vv, at, 0, vv.shape[n - 2])};
         if (acc) {

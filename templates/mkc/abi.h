@@ -251,17 +251,25 @@ struct AttentionTileArgs {
   // at head dim 64 walks blocks of 192 keys when this is 192, else of 128 (its template argument
   // says which; compiler/kinds/attention_tile.cc); the SIMT tile ignores it.
   i64 key_block;
+  // Queries per tile of the op (its tasks' q1 - q0 but for the last, ragged one): at head dim 64
+  // the tensor-core tile runs 192 of them in three consumer warpgroups (512 threads a CTA) when
+  // this is 192, else 128 in two (384 threads).
+  i64 query_block;
 };
 
 // The tensor-core attention tile's ring, one home for the kind's launch (compiler/kinds/
 // attention_tile.cc) and the template (attention_sm90.cuh, AttnShape): K and V stages at head dim
-// d with key blocks of kb keys, and the dynamic shared memory (a 2048-byte header, two Q slots of
-// 128 queries, the stages of K then V).
+// d with key blocks of kb keys and query tiles of bq (128, or 192 at head dim 64), the dynamic
+// shared memory (a 2048-byte header, two Q slots of bq queries, the stages of K then V) and the
+// threads (a producer warpgroup and one consumer warpgroup per 64 queries).
 constexpr MKC_ABI_FN int attention_stages(int d, int kb) {
   return d == 128 ? 2 : kb == 128 ? 4 : 3;
 }
-constexpr MKC_ABI_FN int attention_smem_bytes(int d, int kb) {
-  return 2048 + 2 * 128 * d * 2 + attention_stages(d, kb) * 2 * kb * d * 2;
+constexpr MKC_ABI_FN int attention_smem_bytes(int d, int kb, int bq) {
+  return 2048 + 2 * bq * d * 2 + attention_stages(d, kb) * 2 * kb * d * 2;
+}
+constexpr MKC_ABI_FN int attention_threads(int bq) {
+  return 128 + 2 * bq;
 }
 
 // signal: no views.
@@ -342,7 +350,7 @@ static_assert(sizeof(GroupedGemmTileArgs) == 7 * 8, "grouped_gemm_tile has 7 arg
 static_assert(sizeof(MapTileArgs) == 3 * 8, "map_tile has 3 arguments");
 static_assert(sizeof(CopyArgs) == 2 * 8, "copy has 2 arguments");
 static_assert(sizeof(ReduceTileArgs) == 4 * 8, "reduce_tile has 4 arguments");
-static_assert(sizeof(AttentionTileArgs) == 13 * 8, "attention_tile has 13 arguments");
+static_assert(sizeof(AttentionTileArgs) == 14 * 8, "attention_tile has 14 arguments");
 static_assert(sizeof(SignalArgs) == 8, "signal has 1 argument");
 static_assert(sizeof(A2aCountsArgs) == 2 * 8, "a2a_counts has 2 arguments");
 static_assert(sizeof(A2aSendArgs) == 4 * 8, "a2a_send has 4 arguments");

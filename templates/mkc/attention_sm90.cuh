@@ -4,20 +4,22 @@
 //
 // One CTA of 384 threads (three warpgroups) computes a 128-query tile against every key block of
 // BN keys (head dims 64 and 128, the same for Q, K and V; BN 128, or 192 at head dim 64, where
-// a block's fixed costs weigh twice as much against its MMAs):
+// a block's fixed costs weigh twice as much against its MMAs); at head dim 64 a CTA of 512
+// threads may take 192 queries in three consumer warpgroups instead (BQ = 192, BN = 128, as
+// FlashAttention-3 does there):
 //   - warpgroup 0 is the producer: one thread loads the Q tile once, then each key block's K and V
 //     tiles into a ring of stages (two for D = 128, four or three for D = 64), K and V
 //     completing on their own mbarriers; it runs on 40 registers, giving the consumers 232
-//     (setmaxnreg);
-//   - warpgroups 1 and 2 each own 64 query rows. Per key block: S = Q Kᵀ (wgmma, A = Q and B = K
-//     both K-major in shared memory, 128-byte swizzle), the causal / ragged mask, the online
-//     softmax (row max across the quad, exp2 with the scale folded in, the running sum kept per
-//     thread and reduced once at the end), then O += P V with P straight from registers (the
+//     (setmaxnreg; 32 and 160 with three consumers);
+//   - warpgroups 1 and 2 (and 3) each own 64 query rows. Per key block: S = Q Kᵀ (wgmma, A = Q
+//     and B = K both K-major in shared memory, 128-byte swizzle), the causal / ragged mask, the
+//     online softmax (row max across the quad, exp2 with the scale folded in, the running sum kept
+//     per thread and reduced once at the end), then O += P V with P straight from registers (the
 //     accumulator layout of S is the A-fragment layout of the next wgmma, two 8-column groups per
 //     16-key step) and V N-major in shared memory. Block j's Q Kᵀ is issued with block j-1's
-//     P V, so the softmax of j runs under that P V, and the two warpgroups take turns at the
-//     tensor cores (ping-pong, named barriers), so one's softmax runs under the other's MMAs.
-//     The stage is released once both consumers' P V has completed.
+//     P V, so the softmax of j runs under that P V, and the warpgroups take turns at the
+//     tensor cores (ping-pong or round robin, named barriers), so one's softmax runs under the
+//     others' MMAs. The stage is released once every consumer's P V has completed.
 // Across tiles: when the CTA's next task is an attention tile of the same class that waits for
 // nothing, the producer loads its Q (into the second of two Q slots) and its first key blocks
 // while this tile's consumers finish, so a tile's fixed costs (the loads' latency, the epilogue)
@@ -42,12 +44,24 @@
 namespace mkc {
 namespace sm90 {
 
-template <int D, int BN>
+template <int D, int BN, int BQ = 128>
 struct AttnShape {
   static_assert(D == 64 || D == 128, "the tensor-core attention tile takes head dims 64 and 128");
   static_assert(BN == 128 || (D == 64 && BN == 192),
                 "key blocks of 128 keys, or 192 at head dim 64 (compiler/kinds/attention_tile.cc)");
-  static constexpr int kBQ = 128;        // queries per tile: 64 per consumer warpgroup
+  static_assert(BQ == 128 || (D == 64 && BN == 128 && BQ == 192),
+                "query tiles of 128, or 192 at head dim 64 with key blocks of 128");
+  static constexpr int kBQ = BQ;              // queries per tile: 64 per consumer warpgroup
+  static constexpr int kConsumers = BQ / 64;  // consumer warpgroups
+  static constexpr int kThreads = abi::attention_threads(BQ);
+  // Registers a thread: the kernel's allocation (__launch_bounds__(kThreads, 1)), the producer's
+  // and the consumers' while the tile runs (setmaxnreg; P + kConsumers C = (kConsumers + 1) base:
+  // 40 + 2 x 232 = 3 x 168, 32 + 3 x 160 = 4 x 128).
+  static constexpr int kBaseRegs = kConsumers == 2 ? 168 : 128;
+  static constexpr int kProducerRegs = kConsumers == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 160;
+  static_assert(kProducerRegs + kConsumers * kConsumerRegs == (kConsumers + 1) * kBaseRegs,
+                "the register pool is handed over whole");
   static constexpr int kBN = BN;         // keys per block
   static constexpr int kBoxes = D / 64;  // 64-column (128-byte) TMA boxes per row
   static constexpr int kQBoxBytes = kBQ * 128;
@@ -59,9 +73,10 @@ struct AttnShape {
   // Header (PipeState of the GEMM, this tile's mbarriers) + slack to align to 1024 + two Q slots
   // (the next tile's Q loads while this one's is in use) + ring.
   static constexpr int kSmemBytes = 2048 + 2 * kQBytes + kStages * kStageBytes;
-  static_assert(kSmemBytes == abi::attention_smem_bytes(D, BN), "the kind's launch asks for this");
+  static_assert(kSmemBytes == abi::attention_smem_bytes(D, BN, BQ),
+                "the kind's launch asks for this");
   // PipeState::bn while the ring is the attention's: no GEMM geometry (BM * 1000 + BN) is negative.
-  static constexpr int kKey = -(D * 1000 + BN);
+  static constexpr int kKey = -(BQ * 1000000 + D * 1000 + BN);
 };
 
 // Byte offsets of this tile's mbarriers in the header (the GEMM's PipeState and its barriers use
@@ -99,11 +114,11 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-// Named barriers of the tile (0 is __syncthreads): the producer waits on kBarRegs for both
-// consumers to have given their registers back; the consumers take turns at their MMAs on
+// Named barriers of the tile (0 is __syncthreads): the producer waits on kBarRegs for every
+// consumer to have given its registers back; the consumers take turns at their MMAs on
 // kBarTurn + w; each consumer warpgroup meets on kBarGroup + w before its setmaxnreg (kBarRegs
-// and kBarGroup: hopper.cuh).
-constexpr int kBarTurn = 2;
+// and kBarGroup, 1 and 4 to 6: hopper.cuh).
+constexpr int kBarTurn = 8;
 
 // Pins registers that an asynchronous wgmma writes or reads at this point of the program, so that
 // no arithmetic on them moves across the wgmma.wait_group before it or the wgmma.fence after it.
@@ -118,17 +133,21 @@ __device__ __forceinline__ void pin_regs(unsigned* r) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-// Ping-pong between the two consumer warpgroups (on unless MKC_ATTN_NO_PINGPONG): warpgroup w
-// issues a block's MMAs only in its turn and hands the turn over once they are issued, so the
-// tensor cores run one warpgroup's Q Kᵀ and P V while the other computes its softmax. A turn is
-// a bar.sync of kBarTurn + w for 256 threads, 128 of them the other warpgroup's bar.arrive.
-// Warpgroup 1 starts by giving warpgroup 0 the first turn and does not hand over its last one,
-// so every barrier ends with as many arrivals as waits.
+// Turns between the n consumer warpgroups (on unless MKC_ATTN_NO_PINGPONG; ping-pong for two,
+// round robin for three): warpgroup w issues a block's MMAs only in its turn and hands the turn
+// to w + 1 (mod n) once they are issued, so the tensor cores run one warpgroup's Q Kᵀ and P V
+// while the others compute their softmax. A turn is a bar.sync of kBarTurn + w for 256 threads,
+// 128 of them the previous warpgroup's bar.arrive. The last warpgroup starts by giving warpgroup
+// 0 the first turn and does not hand over its last one, so every barrier ends with as many
+// arrivals as waits (all warpgroups of a tile take the same number of turns), and no barrier
+// gets a second arrival before its wait: warpgroup w hands to w + 1 again only after its own next
+// turn, which needs w + 1's turn to have come and gone.
 struct AttnTurns {
-  int w, points, handed = 0;
-  __device__ __forceinline__ AttnTurns(int w_, int points_) : w(w_), points(points_) {
+  int w, n, points, handed = 0;
+  __device__ __forceinline__ AttnTurns(int w_, int n_, int points_)
+      : w(w_), n(n_), points(points_) {
 #ifndef MKC_ATTN_NO_PINGPONG
-    if (w == 1 && points > 0) named_bar_arrive(kBarTurn + 0, 256);
+    if (w == n - 1 && points > 0) named_bar_arrive(kBarTurn + 0, 256);
 #endif
   }
   __device__ __forceinline__ void begin() {
@@ -138,7 +157,7 @@ struct AttnTurns {
   }
   __device__ __forceinline__ void end() {
 #ifndef MKC_ATTN_NO_PINGPONG
-    if (!(w == 1 && handed == points - 1)) named_bar_arrive(kBarTurn + 1 - w, 256);
+    if (!(w == n - 1 && handed == points - 1)) named_bar_arrive(kBarTurn + (w + 1) % n, 256);
 #endif
     ++handed;
   }
@@ -253,10 +272,10 @@ __device__ __forceinline__ void attn_rescale(float* o, const float* alpha) {
 }
 
 // S = Q Kᵀ for this warpgroup's 64 rows against the key block in k_smem (issued, not waited).
-template <typename T, int D, int BN>
+template <typename T, int D, int BN, int BQ>
 __device__ __forceinline__ void attn_issue_qk(float* sc, const unsigned char* q_smem,
                                               const unsigned char* k_smem, int w) {
-  using S = AttnShape<D, BN>;
+  using S = AttnShape<D, BN, BQ>;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     // 16 head-dim columns = 32 bytes along a row inside a 64-column box.
@@ -288,12 +307,12 @@ __device__ __forceinline__ void attn_issue_pv(float* o, const unsigned* p,
 // Blocks overlap inside the warpgroup (FlashAttention-3's order): block j's Q Kᵀ and block j-1's
 // P V are issued together, and block j's softmax runs while P V is on the tensor cores; the
 // rescale of O waits for that P V. P of block j-1 stays in its registers until its wgmma is done.
-template <typename T, typename TO, int D, int BN>
+template <typename T, typename TO, int D, int BN, int BQ>
 __device__ __forceinline__ void attention_consumer(
     const KernelArgs& a, const View* v, const abi::AttentionTileArgs& at, int nb,
     const unsigned char* q_smem, const unsigned char* ring, u64* q_bar, unsigned q_phase,
     u64* full_k, u64* full_v, u64* empty_k, u64* empty_v, int nblocks, unsigned c0, int w, int t) {
-  using S = AttnShape<D, BN>;
+  using S = AttnShape<D, BN, BQ>;
   constexpr int kN = S::kBN;
   const long long Sq = v[0].shape[1], Sk = v[1].shape[1];
   const int warp = t / 32, lane = t % 32;
@@ -304,6 +323,25 @@ __device__ __forceinline__ void attention_consumer(
   const int off = static_cast<int>(at.causal_offset);
   const int krow0 = row0 + off;
   const int krow[2] = {qrow[0] + off, qrow[1] + off};
+  // The key blocks this warpgroup's rows see (`mine`, at most the tile's): under a causal mask
+  // its last row sees fewer keys than the tile's last (192-query tiles of 128-key blocks: one
+  // block less for two of three warpgroups on every other tile), and rows past the slice's end
+  // (a ragged last tile) see none. The blocks past `mine` it only releases, taking its turns
+  // without MMAs (below).
+  int mine = nblocks;
+  if (row0 >= at.q1) {
+    mine = 0;
+  } else if (at.causal) {
+    const long long last = (at.q1 < row0 + 64 ? at.q1 : row0 + 64) - 1 + off;
+    const long long keys = last + 1 < Sk ? last + 1 : Sk;
+    const long long seen = keys > 0 ? (keys + kN - 1) / kN : 0;
+    if (seen < mine) mine = static_cast<int>(seen);
+  }
+  // Warp-uniform, and now visibly so to the compiler (it depends on the warpgroup's index, which
+  // it does not know to be uniform): without the broadcast the block loop's shared-memory
+  // descriptors were computed per thread and moved to uniform registers (32 R2UR a block), and
+  // the loop ran 10% slower (H100, 2026-12-07).
+  mine = __shfl_sync(0xffffffffu, mine, 0);
   const float scale2 = static_cast<float>(__longlong_as_double(at.scale_bits) * 1.4426950408889634);
   float o[D / 2];
 #pragma unroll
@@ -336,7 +374,7 @@ __device__ __forceinline__ void attention_consumer(
   }
   // Step j issues block j's Q Kᵀ and (j > 0) block j-1's P V in one turn; a last turn issues the
   // last block's P V. K's slot is released once Q Kᵀ is done, V's once P V is.
-  AttnTurns turns(w, nblocks > 0 ? nblocks + 1 : 0);
+  AttnTurns turns(w, S::kConsumers, nblocks > 0 ? nblocks + 1 : 0);
   // P is carried from one step to the next: defined here, or ptxas keeps its registers live from
   // the kernel's entry, through the producer's 40-register part (spilled).
   unsigned p[kN / 4];
@@ -346,14 +384,14 @@ __device__ __forceinline__ void attention_consumer(
   bool ok = mbar_wait(a, q_bar, q_phase, -1);
   // Block 0's Q Kᵀ and softmax. The steps have no branch between their wgmmas and the code that
   // uses their registers: ptxas serialises every wgmma of a kernel that has one (C7520).
-  if (ok && nblocks > 0) {
+  if (ok && mine > 0) {
     const int s0 = static_cast<int>(c0 % S::kStages);
     ok = mbar_wait(a, full_k + s0, (c0 / S::kStages) & 1, s0);
     if (ok) {
       float sc[kN / 2];
       turns.begin();
       wgmma_fence();
-      attn_issue_qk<T, D, BN>(sc, q_smem, ring + s0 * S::kStageBytes, w);
+      attn_issue_qk<T, D, BN, BQ>(sc, q_smem, ring + s0 * S::kStageBytes, w);
       wgmma_commit();
       turns.end();
       wgmma_wait<0>();
@@ -365,7 +403,7 @@ __device__ __forceinline__ void attention_consumer(
       pin_regs<kN / 4>(p);
     }
   }
-  for (int j = 1; ok && j < nblocks; ++j) {
+  for (int j = 1; ok && j < mine; ++j) {
     const unsigned g = c0 + j;
     const int s = static_cast<int>(g % S::kStages), sp = static_cast<int>((g - 1) % S::kStages);
     const unsigned phase = (g / S::kStages) & 1, pphase = ((g - 1) / S::kStages) & 1;
@@ -376,7 +414,7 @@ __device__ __forceinline__ void attention_consumer(
     float sc[kN / 2];
     turns.begin();
     wgmma_fence();
-    attn_issue_qk<T, D, BN>(sc, q_smem, ring + s * S::kStageBytes, w);
+    attn_issue_qk<T, D, BN, BQ>(sc, q_smem, ring + s * S::kStageBytes, w);
     wgmma_commit();
     // O is not in use by a wgmma here: the rescale of the last softmax goes under Q Kᵀ.
     attn_rescale<D>(o, alpha);
@@ -398,8 +436,8 @@ __device__ __forceinline__ void attention_consumer(
     pin_regs<kN / 4>(p);
   }
   // The last block's P V.
-  if (ok && nblocks > 0) {
-    const unsigned g = c0 + nblocks - 1;
+  if (ok && mine > 0) {
+    const unsigned g = c0 + mine - 1;
     const int s = static_cast<int>(g % S::kStages);
     const unsigned phase = (g / S::kStages) & 1;
     ok = mbar_wait(a, full_v + s, phase, s);
@@ -416,11 +454,28 @@ __device__ __forceinline__ void attention_consumer(
       if (t == 0) mbar_arrive(empty_v + s);
     }
   }
-  if (!ok || task_state().failed) {
-    turns.give_up();
-    return;
+  // The blocks past this warpgroup's rows: each stage released once loaded (the wait on its full
+  // barriers puts the arrivals in the phase the other consumers' go to), and a turn without MMAs
+  // per block, released first: the producer may need the stage before the others' next turn.
+  for (int j = mine; ok && j < nblocks; ++j) {
+    const unsigned g = c0 + j;
+    const int s = static_cast<int>(g % S::kStages);
+    const unsigned phase = (g / S::kStages) & 1;
+    ok = mbar_wait(a, full_k + s, phase, s) && mbar_wait(a, full_v + s, phase, s);
+    if (ok && t == 0) {
+      mbar_arrive(empty_k + s);
+      mbar_arrive(empty_v + s);
+    }
+    if (ok) {
+      turns.begin();
+      turns.end();
+    }
   }
-  // The rows' sums over the quad; O normalised (last instance) or the state kept (not last).
+  // Every turn taken (with none of its own, a warpgroup has one more than the blocks), also after
+  // a failed wait: the other warpgroups never wait for one not taken.
+  turns.give_up();
+  if (!ok || task_state().failed) return;
+    // The rows' sums over the quad; O normalised (last instance) or the state kept (not last).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -481,10 +536,10 @@ __device__ __forceinline__ bool attn_load_block(const KernelArgs& a, unsigned n,
 }
 
 // The Q tile of `at` into a Q slot, completing on q_bar.
-template <int D, int BN>
+template <int D, int BN, int BQ>
 __device__ __forceinline__ void attn_load_q(const KernelArgs& a, const abi::AttentionTileArgs& at,
                                             unsigned char* q_smem, u64* q_bar) {
-  using S = AttnShape<D, BN>;
+  using S = AttnShape<D, BN, BQ>;
   const TensorMap* map_q = a.tensor_maps + at.map_q;
   mbar_expect_tx(q_bar, S::kQBytes);
 #pragma unroll
@@ -496,20 +551,20 @@ __device__ __forceinline__ void attn_load_q(const KernelArgs& a, const abi::Atte
 
 // The task: args AttentionTileArgs (abi.h) with map_q, map_k and map_v set (3-D maps of the
 // [L, S, D] views, boxes of 64 columns x 128 (Q) or BN (K, V) rows x 1 slice); views {Q, K, V,
-// O[, acc, max, sum]}. Needs kThreads threads and AttnShape<D, BN>::kSmemBytes of dynamic shared
-// memory.
+// O[, acc, max, sum]}. Needs AttnShape<D, BN, BQ>::kThreads threads and ::kSmemBytes of dynamic
+// shared memory.
 // `next_args`/`next_v`: the CTA's next task when it is an attention tile of this class that waits
 // for nothing (the kernel's loop says so), else null. The ring, its mbarriers and two Q slots
 // then persist across the tiles (PipeState, numbering loads from the ring's initialisation as the
 // GEMM does): while this tile's consumers finish, the producer loads the next tile's Q into the
 // other slot and its first key blocks into the stages they free, so the next tile starts on
 // loaded data instead of paying the loads' latency after this one's epilogue.
-template <typename T, typename TO, int D, int BN = 128>
+template <typename T, typename TO, int D, int BN = 128, int BQ = 128>
 __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const long long* args,
                                    int nb, unsigned char* smem, const long long* next_args,
                                    const View* next_v) {
 #if MKC_HAS_WGMMA
-  using S = AttnShape<D, BN>;
+  using S = AttnShape<D, BN, BQ>;
   const abi::AttentionTileArgs& at = args_as<abi::AttentionTileArgs>(args);
   PipeState* ps = reinterpret_cast<PipeState*>(smem);
   u64* bars = reinterpret_cast<u64*>(smem + kAttnBarOffset);
@@ -540,8 +595,8 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
     for (int s = 0; s < S::kStages; ++s) {
       mbar_init(full_k + s, 1);
       mbar_init(full_v + s, 1);
-      mbar_init(empty_k + s, 2);
-      mbar_init(empty_v + s, 2);
+      mbar_init(empty_k + s, S::kConsumers);
+      mbar_init(empty_v + s, S::kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -552,14 +607,14 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
   const int pre = ps->prefetched_args == args ? ps->prefetched : 0;
   unsigned char* q_smem = q_slots + (tile & 1) * S::kQBytes;
   if (wg == 0) {
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<S::kProducerRegs>();
     int next_pre = 0;
     if (t == 0) {
       // Q, K and V may have been written with plain stores by an earlier task of this CTA.
       asm volatile("fence.proxy.async.global;" ::: "memory");
       const TensorMap* map_k = a.tensor_maps + at.map_k;
       const TensorMap* map_v = a.tensor_maps + at.map_v;
-      if (pre == 0) attn_load_q<D, BN>(a, at, q_smem, q_full + (tile & 1));
+      if (pre == 0) attn_load_q<D, BN, BQ>(a, at, q_smem, q_full + (tile & 1));
       bool ok = true;
       for (int j = pre > 0 ? pre - 1 : 0; ok && j < nblocks; ++j)
         ok = attn_load_block<D, BN>(a, c0 + j, ring, full_k, full_v, empty_k, empty_v, map_k, map_v,
@@ -571,8 +626,8 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
           // Its Q into the other slot (free: the tile before this one used it), then at most a
           // ring's worth of its key blocks, each as this tile's consumers free a stage.
           const unsigned next_tile = tile + 1;
-          attn_load_q<D, BN>(a, nx, q_slots + (next_tile & 1) * S::kQBytes,
-                             q_full + (next_tile & 1));
+          attn_load_q<D, BN, BQ>(a, nx, q_slots + (next_tile & 1) * S::kQBytes,
+                                 q_full + (next_tile & 1));
           const int n = next_blocks < S::kStages ? next_blocks : S::kStages;
           int j = 0;
           for (; ok && j < n; ++j)
@@ -583,9 +638,9 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
         }
       }
     }
-    // The warpgroup meets (lane 0 ran the loads) and waits for both consumers' registers.
+    // The warpgroup meets (lane 0 ran the loads) and waits for every consumer's registers.
     __syncwarp();
-    named_bar_sync(kBarRegs, 384);
+    named_bar_sync(kBarRegs, S::kThreads);
     if (t == 0) {
       // Both consumers are past their last use of the ring's state read above.
       ps->next_consume = c0 + nblocks;
@@ -594,16 +649,16 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
       ps->prefetched = next_pre;
       ps->prefetched_args = next_pre > 0 ? next_args : nullptr;
     }
-    setmaxnreg_inc<168>();
+    setmaxnreg_inc<S::kBaseRegs>();
   } else {
-    setmaxnreg_inc<232>();
-    attention_consumer<T, TO, D, BN>(a, v, at, nb, q_smem, ring, q_full + (tile & 1),
-                                     (tile >> 1) & 1, full_k, full_v, empty_k, empty_v, nblocks, c0,
-                                     wg - 1, t);
+    setmaxnreg_inc<S::kConsumerRegs>();
+    attention_consumer<T, TO, D, BN, BQ>(a, v, at, nb, q_smem, ring, q_full + (tile & 1),
+                                         (tile >> 1) & 1, full_k, full_v, empty_k, empty_v, nblocks,
+                                         c0, wg - 1, t);
     __syncwarp();
     named_bar_sync(kBarGroup + wg - 1, 128);
-    setmaxnreg_dec<168>();
-    named_bar_arrive(kBarRegs, 384);
+    setmaxnreg_dec<S::kBaseRegs>();
+    named_bar_arrive(kBarRegs, S::kThreads);
   }
   __syncthreads();
 #else

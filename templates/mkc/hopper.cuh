@@ -386,31 +386,30 @@ __device__ __forceinline__ void wgmma_tile_rs(float* d, const unsigned* a, u64 d
 }
 
 // Register reallocation between the warpgroups of a producer/consumer tile (the GEMM pipeline
-// and the attention tile): the producer warpgroup drops to P registers and the two consumer
-// warpgroups rise to C, with P + 2 C = 3 x 168 (the kernel's allocation, __launch_bounds__(384,
-// 1)); at the tile's end the consumers return to 168 before the producer takes its 168 back,
-// because setmaxnreg.inc blocks until the CTA's pool has the registers. Each is executed by a
-// whole warpgroup; counts are multiples of 8 in [24, 256]. Off with MKC_NO_SETMAXNREG (an NVRTC
-// -D, for experiments).
+// and the attention tile): the producer warpgroup drops to P registers and the n consumer
+// warpgroups rise to C, with P + n C = (n + 1) B, B the kernel's allocation (168 for
+// __launch_bounds__(384, 1), 128 for 512 threads); at the tile's end the consumers return to B
+// before the producer takes its B back, because setmaxnreg.inc blocks until the CTA's pool has the
+// registers. Each is executed by a whole warpgroup; counts are multiples of 8 in [24, 256]. Off
+// with MKC_NO_SETMAXNREG (an NVRTC -D, for experiments).
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() {
-  static_assert(N % 8 == 0 && N >= 24 && N <= 168, "setmaxnreg.dec: a multiple of 8 in [24, 168]");
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg.dec: a multiple of 8 in [24, 256]");
 #ifndef MKC_NO_SETMAXNREG
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N) : "memory");
 #endif
 }
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
-  static_assert(N % 8 == 0 && N >= 168 && N <= 256,
-                "setmaxnreg.inc: a multiple of 8 in [168, 256]");
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg.inc: a multiple of 8 in [24, 256]");
 #ifndef MKC_NO_SETMAXNREG
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N) : "memory");
 #endif
 }
 
-// Named barriers (0 is __syncthreads). kBarRegs: the producer warpgroup waits there for both
-// consumer warpgroups to have given their registers back (384 threads: 128 sync, 256 arrive).
-// kBarGroup + w: consumer warpgroup w meets before it gives them back.
+// Named barriers (0 is __syncthreads). kBarRegs: the producer warpgroup waits there for every
+// consumer warpgroup to have given its registers back (the CTA's threads: 128 sync, the rest
+// arrive). kBarGroup + w (w < 3): consumer warpgroup w meets before it gives them back.
 constexpr int kBarRegs = 1, kBarGroup = 4;
 
 __device__ __forceinline__ void named_bar_sync(int id, int threads) {

@@ -663,31 +663,72 @@ namespace {
 // The attention task class: the tensor-core tile for bf16/f16 head dims 64 and 128 (3-D TMA maps
 // of the [L, S, D] views, also for one slice: the device issues 3-D loads), the SIMT tile
 // otherwise, and the choice named in Generated::paths; at head dim 64 with tile(128, 192), blocks
-// of 192 keys (K and V boxes of 192 rows; a consumer then holds S and P of 192 keys).
+// of 192 keys (K and V boxes of 192 rows; a consumer then holds S and P of 192 keys); with
+// tile(192, k) at head dim 64, tiles of 192 queries in three consumer warpgroups (512 threads, a
+// Q box of 192 rows, 160 registers a consumer thread) and blocks of 128 keys.
+// One kernel has one CTA size: an attention of 192-query tiles (512 threads) beside a tensor-core
+// GEMM (384) is refused with the fix; with tile(128) they share a 384-thread kernel.
+TEST_CASE("attention tiles of 192 queries and a tensor-core GEMM cannot share a kernel") {
+  const auto schedule = [](int64_t queries) {
+    return std::make_shared<dsl::SourceFile>("mixed.mks", fmt::format(R"(
+schedule mixed {{
+  input  Q : bf16[1, 2, 512, 64]
+  input  K : bf16[1, 2, 512, 64]
+  input  V : bf16[1, 2, 512, 64]
+  output O : bf16[1, 2, 512, 64]
+  input  A : bf16[256, 512]
+  input  B : bf16[512, 256]
+  output C : bf16[256, 256]
+  compute att = attention(Q, K, V -> O) tile({})
+  compute mm = gemm(A, B -> C)
+}}
+)",
+                                                                      queries));
+  };
+  compiler::CheckOptions opts;
+  opts.ranks = {1};
+  const auto ok = compiler::compile_file(schedule(128), opts);
+  REQUIRE_MESSAGE(ok->ok(), dsl::render_text(ok->diagnostics.all(), false));
+  CHECK(ok->kernels[0].threads == 384);
+  try {
+    const auto c = compiler::compile_file(schedule(192), opts);
+    FAIL("compiled: " << c->kernels[0].threads << " threads");
+  } catch (const UserError& e) {
+    const std::string what = e.what();
+    CHECK_MESSAGE(what.find("one kernel has one CTA size") != std::string::npos, what);
+    const bool names_512 = what.find("needs 512 threads") != std::string::npos ||
+                           what.find(") 512, but") != std::string::npos;
+    CHECK_MESSAGE(names_512, what);
+    CHECK_MESSAGE(what.find("tile(128[, keys])") != std::string::npos, what);
+  }
+}
+
 TEST_CASE("attention: the tensor-core tile where it applies, with 3-D maps, named in the paths") {
-  const auto schedule = [](int64_t d, int64_t keys) {
+  const auto schedule = [](int64_t d, int64_t keys, int64_t queries = 128) {
     return std::make_shared<dsl::SourceFile>("attn.mks", fmt::format(R"(
 schedule attn {{
   input  Q : bf16[1, 1, 200, {0}]
   input  K : bf16[1, 1, 300, {0}]
   input  V : bf16[1, 1, 300, {0}]
   output O : bf16[1, 1, 200, {0}]
-  compute att = attention(Q, K, V -> O, causal = 1) tile(128, {1})
+  compute att = attention(Q, K, V -> O, causal = 1) tile({2}, {1})
 }}
 )",
-                                                                     d, keys));
+                                                                     d, keys, queries));
   };
   struct Case {
-    int64_t d, asked, keys;
+    int64_t d, asked, keys, queries = 128;
   };
-  for (const Case k : {Case{64, 128, 128}, Case{128, 128, 128}, Case{40, 128, 128},
-                       Case{64, 192, 192}, Case{128, 192, 128}}) {
+  for (const Case k :
+       {Case{64, 128, 128}, Case{128, 128, 128}, Case{40, 128, 128}, Case{64, 192, 192},
+        Case{128, 192, 128}, Case{64, 128, 128, 192}, Case{64, 192, 128, 192}}) {
     const int64_t d = k.d;
     CAPTURE(d);
     CAPTURE(k.asked);
+    CAPTURE(k.queries);
     compiler::CheckOptions opts;
     opts.ranks = {1};
-    const auto c = compiler::compile_file(schedule(d, k.asked), opts);
+    const auto c = compiler::compile_file(schedule(d, k.asked, k.queries), opts);
     REQUIRE_MESSAGE(c->ok(), dsl::render_text(c->diagnostics.all(), false));
     const codegen::Generated& g = c->kernels[0];
     REQUIRE(g.paths.size() == 1);
@@ -699,9 +740,11 @@ schedule attn {{
     }
     CHECK(g.paths[0].find("wgmma") != std::string::npos);
     CHECK(g.paths[0].find(fmt::format("blocks of {} keys", k.keys)) != std::string::npos);
-    CHECK(g.threads == 384);
-    // The consumers' registers (setmaxnreg: 232) hold O, S and P without a spill, and nothing
-    // makes ptxas serialise the overlapped Q Kᵀ / P V wgmmas (causal: the mask's branches too).
+    CHECK(g.paths[0].find(fmt::format("tiles of {} queries", k.queries)) != std::string::npos);
+    CHECK(g.threads == 128 + 2 * k.queries);
+    // The consumers' registers (setmaxnreg: 232, or 160 for three) hold O, S and P without a
+    // spill, and nothing makes ptxas serialise the overlapped Q Kᵀ / P V wgmmas (causal: the
+    // mask's branches too).
     jit::JitOptions jo;
     jo.cache_dir = temp_dir("cache_attn");
     const jit::JitOutput out = jit::jit_compile(g.source, "attn.cu", g.kernel_name, jo);
@@ -714,7 +757,7 @@ schedule attn {{
       CHECK(m.dims == 3);
       CHECK(m.depth == 1);
       CHECK(m.cols == d);
-      CHECK(m.box_rows == (i == 0 ? 128 : k.keys));
+      CHECK(m.box_rows == (i == 0 ? k.queries : k.keys));
       CHECK(m.box_cols == 64);
     }
   }

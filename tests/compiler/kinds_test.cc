@@ -154,40 +154,52 @@ TEST_CASE("the scheduler's load of an attention tile counts the keys its queries
 }
 
 // The tensor-core attention tile walks keys in blocks of 192 at head dim 64 when the schedule
-// asks (tile(q, 192)), else of 128: its class, template argument, K and V boxes and shared memory
-// (attention_sm90.cuh, AttnShape: 2048 + two Q slots + the stages) follow.
-TEST_CASE("an attention tile's key block follows tile(q, 192) at head dim 64 only") {
-  const auto task_at = [](int64_t d, int64_t key_block) {
+// asks (tile(128, 192)), else of 128, and takes 192 queries in three consumer warpgroups at head
+// dim 64 when asked (tile(192[, k]), blocks of 128 then): its class, template arguments, Q, K and
+// V boxes, threads and shared memory (attention_sm90.cuh, AttnShape: 2048 + two Q slots + the
+// stages) follow.
+TEST_CASE("an attention tile's key block and query tile follow tile(q, k) at head dim 64 only") {
+  const auto task_at = [](int64_t d, int64_t key_block, int64_t query_block) {
     Task t;
     t.kind = TaskKind::kAttentionTile;
-    t.views = {View{0, 0, 0, {2, 256, d}}, View{0, 1, 0, {2, 1000, d}}, View{0, 2, 0, {2, 1000, d}},
-               View{0, 3, 0, {2, 256, d}}};
+    t.views = {View{0, 0, 0, {2, 400, d}}, View{0, 1, 0, {2, 1000, d}}, View{0, 2, 0, {2, 1000, d}},
+               View{0, 3, 0, {2, 400, d}}};
     abi::AttentionTileArgs a{};
-    a.q0 = 128, a.q1 = 256, a.last = 1, a.key_block = key_block;
+    a.q0 = query_block, a.q1 = 2 * query_block, a.last = 1, a.key_block = key_block;
+    a.query_block = query_block;
     a.map_q = a.map_k = a.map_v = abi::kNoMap;
     plan::set_args(t, a);
     return t;
   };
   struct Case {
-    int64_t d, asked;
-    int keys, smem;
+    int64_t d, asked, asked_q;
+    int keys, queries, smem;
   };
-  for (const Case c : {Case{64, 192, 192, 2048 + 2 * 16384 + 3 * 49152},
-                       Case{64, 0, 128, 2048 + 2 * 16384 + 4 * 32768},
-                       Case{64, 64, 128, 2048 + 2 * 16384 + 4 * 32768},
-                       Case{128, 192, 128, 2048 + 2 * 32768 + 2 * 65536},
-                       Case{128, 0, 128, 2048 + 2 * 32768 + 2 * 65536}}) {
+  for (const Case c : {Case{64, 192, 128, 192, 128, 2048 + 2 * 16384 + 3 * 49152},
+                       Case{64, 0, 128, 128, 128, 2048 + 2 * 16384 + 4 * 32768},
+                       Case{64, 64, 128, 128, 128, 2048 + 2 * 16384 + 4 * 32768},
+                       Case{128, 192, 128, 128, 128, 2048 + 2 * 32768 + 2 * 65536},
+                       Case{128, 0, 128, 128, 128, 2048 + 2 * 32768 + 2 * 65536},
+                       Case{64, 0, 192, 128, 192, 2048 + 2 * 24576 + 4 * 32768},
+                       Case{64, 128, 192, 128, 192, 2048 + 2 * 24576 + 4 * 32768},
+                       Case{64, 192, 192, 128, 192, 2048 + 2 * 24576 + 4 * 32768}}) {
     CAPTURE(c.d);
     CAPTURE(c.asked);
+    CAPTURE(c.asked_q);
     FakeSource s(true);
-    const Task t = task_at(c.d, c.asked);
+    const Task t = task_at(c.d, c.asked, c.asked_q);
     const Kind& k = kind_of(t);
-    CHECK(k.key_variant(s, t) == fmt::format(":tma_d{}_k{}", c.d, c.keys));
+    CHECK(k.key_variant(s, t) == fmt::format(":tma_d{}_k{}_q{}", c.d, c.keys, c.queries));
     CHECK(k.path(s, t).find(fmt::format("blocks of {} keys", c.keys)) != std::string::npos);
+    CHECK(k.path(s, t).find(fmt::format("tiles of {} queries in {} consumer warpgroups", c.queries,
+                                        c.queries / 64)) != std::string::npos);
     CHECK(k.launch(s, t).dynamic_smem == c.smem);
     CHECK(k.launch(s, t).dynamic_smem <= 227 * 1024);
+    // A producer warpgroup and a consumer warpgroup per 64 queries.
+    CHECK(k.launch(s, t).threads == 128 + 2 * c.queries);
     k.emit(s, t);
-    CHECK(s.text.find(fmt::format(", {}, {}>(a, v, args", c.d, c.keys)) != std::string::npos);
+    CHECK(s.text.find(fmt::format(", {}, {}, {}>(a, v, args", c.d, c.keys, c.queries)) !=
+          std::string::npos);
     // The arguments the device reads: three maps, the rest as lowered.
     Task lowered = t;
     lowered.args = k.device_args(s, t);
@@ -196,16 +208,22 @@ TEST_CASE("an attention tile's key block follows tile(q, 192) at head dim 64 onl
     CHECK(at.map_k == 1);
     CHECK(at.map_v == 2);
     CHECK(at.key_block == c.asked);
-    // Q's box is 128 rows, K's and V's a key block.
+    CHECK(at.query_block == c.asked_q);
+    // Q's box is a query tile's rows, K's and V's a key block's.
     REQUIRE(s.boxes.size() == 3);
-    CHECK(s.boxes[0] == std::pair<int, int>{128, 64});
+    CHECK(s.boxes[0] == std::pair<int, int>{c.queries, 64});
     CHECK(s.boxes[1] == std::pair<int, int>{c.keys, 64});
     CHECK(s.boxes[2] == std::pair<int, int>{c.keys, 64});
   }
   // Without tensor cores the SIMT tile runs whatever was asked.
   FakeSource simt(false);
-  const Task t = task_at(64, 192);
+  const Task t = task_at(64, 192, 128);
   CHECK(kind_of(t).key_variant(simt, t).empty());
+  // Tiles of 192 queries at head dim 128 (two consumer warpgroups hold 128 rows): the SIMT tile.
+  FakeSource tc(true);
+  const Task wide = task_at(128, 0, 192);
+  CHECK(kind_of(wide).key_variant(tc, wide).empty());
+  CHECK(kind_of(wide).path(tc, wide).find("SIMT") != std::string::npos);
 }
 
 }  // namespace

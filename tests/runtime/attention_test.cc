@@ -62,12 +62,12 @@ std::string run(Built& b, int launches, const std::string& label) {
 
 const char* kAttention = R"(
 schedule attn {
-  param B = 1, H = 1, SQ = 128, SK = 128, D = 128, MASK = 1, KB = 128
+  param B = 1, H = 1, SQ = 128, SK = 128, D = 128, MASK = 1, KB = 128, QB = 128
   input  Q : T[B, H, SQ, D]
   input  K : T[B, H, SK, D]
   input  V : T[B, H, SK, D]
   output O : T[B, H, SQ, D]
-  compute att = attention(Q, K, V -> O, causal = MASK - 1) tile(128, KB)
+  compute att = attention(Q, K, V -> O, causal = MASK - 1) tile(QB, KB)
 }
 )";
 
@@ -83,6 +83,7 @@ GPU_TEST_CASE("attention: the tensor-core tile against fp64, every shape class")
     int64_t b, h, sq, sk, d, causal;
     const char* dtype;
     int64_t kb = 128;  // keys per block asked for: 192 takes 192-key blocks at head dim 64
+    int64_t qb = 128;  // queries per tile: 192 takes three consumer warpgroups at head dim 64
   };
   const std::vector<Shape> shapes = {
       {1, 1, 128, 128, 128, 0, "bf16"},
@@ -103,10 +104,24 @@ GPU_TEST_CASE("attention: the tensor-core tile against fp64, every shape class")
       // the 3-stage ring while this one finishes.
       {2, 16, 1024, 1024, 64, 0, "bf16", 192},
       {2, 16, 1024, 1000, 64, 1, "bf16", 192},
+      // Tiles of 192 queries in three consumer warpgroups (512 threads), blocks of 128 keys
+      // (asking for 192 keys gets 128 there): ragged query and key lengths, a tile whose third
+      // warpgroup has no row (Sq 129) or part of one (Sq 300), causal and not, f16, odd heads.
+      {1, 1, 192, 192, 64, 0, "bf16", 128, 192},
+      {1, 1, 192, 192, 64, 1, "bf16", 128, 192},
+      {4, 1, 129, 385, 64, 0, "bf16", 128, 192},
+      {1, 3, 777, 300, 64, 1, "bf16", 128, 192},
+      {2, 2, 1000, 1000, 64, 1, "bf16", 192, 192},
+      {1, 2, 300, 577, 64, 0, "f16", 128, 192},
+      {1, 2, 300, 300, 64, 1, "f16", 128, 192},
+      // Hundreds of tiles: CTAs chain them, the next tile's Q loaded into the other slot.
+      {2, 16, 1024, 1024, 64, 0, "bf16", 128, 192},
+      {2, 16, 1000, 1000, 64, 1, "bf16", 128, 192},
   };
   for (const Shape& s : shapes) {
-    const std::string label = fmt::format("{} B={} H={} Sq={} Sk={} D={} causal={} key block {}",
-                                          s.dtype, s.b, s.h, s.sq, s.sk, s.d, s.causal, s.kb);
+    const std::string label =
+        fmt::format("{} B={} H={} Sq={} Sk={} D={} causal={} key block {} query tile {}", s.dtype,
+                    s.b, s.h, s.sq, s.sk, s.d, s.causal, s.kb, s.qb);
     SUBCASE(label.c_str()) {
       Built b = build("attn", attention_text(s.dtype), 1,
                       {{"B", s.b},
@@ -115,12 +130,18 @@ GPU_TEST_CASE("attention: the tensor-core tile against fp64, every shape class")
                        {"SK", s.sk},
                        {"D", s.d},
                        {"MASK", s.causal + 1},
-                       {"KB", s.kb}});
+                       {"KB", s.kb},
+                       {"QB", s.qb}});
       const std::string paths = run(b, 2, label);
       CHECK_MESSAGE(paths.find("wgmma") != std::string::npos, paths);
-      // 192-key blocks at head dim 64 only (compiler/kinds/attention_tile.cc).
-      const int64_t keys = s.kb == 192 && s.d == 64 ? 192 : 128;
+      // 192-key blocks at head dim 64 with 128-query tiles only, 192-query tiles at head dim 64
+      // only (compiler/kinds/attention_tile.cc).
+      const int64_t queries = s.qb == 192 && s.d == 64 ? 192 : 128;
+      const int64_t keys = s.kb == 192 && s.d == 64 && queries == 128 ? 192 : 128;
       CHECK_MESSAGE(paths.find(fmt::format("blocks of {} keys", keys)) != std::string::npos, paths);
+      CHECK_MESSAGE(paths.find(fmt::format("tiles of {} queries", queries)) != std::string::npos,
+                    paths);
+      CHECK(b.c->kernels[0].threads == 128 + 2 * queries);
       MESSAGE(label << ": " << paths << b.jit.registers << " registers, " << b.jit.spill_bytes
                     << " B spilled");
       // The consumers run on 232 registers (setmaxnreg): nothing spills at either head dim.
@@ -156,27 +177,29 @@ GPU_TEST_CASE("ring attention at batch 2: 2, 3, 4 and 8 ranks sharing the GPU") 
 // see no key (zeros), a slice that sees every key, and one that sees none.
 const char* kOffset = R"(
 schedule offset {
-  param B = 2, H = 2, SQ = 300, SK = 400, D = 128, QS = 1, KS = 1, KB = 128
+  param B = 2, H = 2, SQ = 300, SK = 400, D = 128, QS = 1, KS = 1, KB = 128, QB = 128
   input  Q : bf16[B, H, SQ, D]
   input  K : bf16[B, H, SK, D]
   input  V : bf16[B, H, SK, D]
   output O : bf16[B, H, SQ, D]
-  compute att = attention(Q, K, V -> O, causal = 1, q_start = QS, k_start = KS) tile(128, KB)
+  compute att = attention(Q, K, V -> O, causal = 1, q_start = QS, k_start = KS) tile(QB, KB)
 }
 )";
 
 GPU_TEST_CASE("attention: causal with q_start and k_start on the tensor-core tile") {
   struct Case {
-    int64_t d, qs, ks, kb = 128;
+    int64_t d, qs, ks, kb = 128, qb = 128;
   };
   for (const Case& k :
        {Case{128, 1, 38}, Case{64, 1, 38}, Case{128, 40, 1}, Case{64, 1, 250}, Case{128, 500, 1},
         Case{128, 1, 400}, Case{64, 200, 63}, Case{64, 1, 38, 192}, Case{64, 1, 250, 192},
-        Case{64, 200, 63, 192}, Case{64, 1, 400, 192}}) {
-    const std::string label =
-        fmt::format("D={} q_start={} k_start={} key block {}", k.d, k.qs, k.ks, k.kb);
+        Case{64, 200, 63, 192}, Case{64, 1, 400, 192}, Case{64, 1, 38, 128, 192},
+        Case{64, 1, 250, 128, 192}, Case{64, 200, 63, 128, 192}, Case{64, 1, 400, 128, 192}}) {
+    const std::string label = fmt::format("D={} q_start={} k_start={} key block {} query tile {}",
+                                          k.d, k.qs, k.ks, k.kb, k.qb);
     SUBCASE(label.c_str()) {
-      Built b = build("offset", kOffset, 1, {{"D", k.d}, {"QS", k.qs}, {"KS", k.ks}, {"KB", k.kb}});
+      Built b = build("offset", kOffset, 1,
+                      {{"D", k.d}, {"QS", k.qs}, {"KS", k.ks}, {"KB", k.kb}, {"QB", k.qb}});
       const std::string paths = run(b, 2, label);
       CHECK_MESSAGE(paths.find("wgmma") != std::string::npos, paths);
       CHECK_MESSAGE(b.jit.spill_bytes == 0, jit::resources_text(b.jit));
@@ -214,7 +237,7 @@ GPU_TEST_CASE("causal ring attention, zigzag, at batch 2: 1, 2, 3, 4 and 8 ranks
 const char* kRingCausalPlain = R"(
 schedule ring_causal {
   ranks R
-  param B = 2, H = 2, S = 1024, D = 128
+  param B = 2, H = 2, S = 1024, D = 128, QB = 128
   input   Q   : bf16[B, H, S / R, D]
   input   KV  : bf16[2, B, H, S / R, D]
   scratch buf : bf16[2, 2, B, H, S / R, D] symmetric
@@ -226,7 +249,7 @@ schedule ring_causal {
     compute att = attention(Q, buf[step % 2, 0], buf[step % 2, 1] -> O, causal = 1,
                             accumulate = 1, q_start = rank * (S / R),
                             k_start = (rank - step) % R * (S / R))
-                  tile(128, 128) after init, kv[step - 1].chunk, att[step - 1].tile
+                  tile(QB, 128) after init, kv[step - 1].chunk, att[step - 1].tile
   }
 }
 )";
@@ -237,6 +260,17 @@ GPU_TEST_CASE("causal ring attention, plain layout: masked blocks of later ranks
     SUBCASE(label.c_str()) {
       Built b = build("ring_causal", kRingCausalPlain, R, {{"S", 333 * R}});
       run(b, 2, label);
+    }
+  }
+  // Tiles of 192 queries at head dim 64 (three consumer warpgroups) carrying the state across
+  // the ring's steps, the masked blocks returning at once.
+  for (int64_t R : {3, 4}) {
+    const std::string label =
+        fmt::format("plain causal ring R={} B=2 H=2 S={} D=64 query tile 192", R, 333 * R);
+    SUBCASE(label.c_str()) {
+      Built b = build("ring_causal", kRingCausalPlain, R, {{"S", 333 * R}, {"D", 64}, {"QB", 192}});
+      const std::string paths = run(b, 2, label);
+      CHECK_MESSAGE(paths.find("tiles of 192 queries") != std::string::npos, paths);
     }
   }
 }

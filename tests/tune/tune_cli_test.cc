@@ -256,8 +256,9 @@ TEST_CASE("tune search: the fastest measurement wins, each one has a line, the b
   CHECK(p3.str().find("time budget") != std::string::npos);
 }
 
-// Attention's tile is a knob at head dim 64 (key blocks of 192 besides the compiler's 128): the
-// search measures it, and a compile with the winner lowers the attention with it and says so.
+// Attention's tile is a knob at head dim 64 (the compiler's 192 queries by 128 keys, or 128 by 128
+// beside a GEMM; 128 queries by 128 and 192 keys besides): the search measures them, and a
+// compile with the winner lowers the attention with it and says so.
 TEST_CASE("tune: attention's key block at head dim 64 is measured, and the compile applies it") {
   const auto schedule = [](int64_t d, const std::string& clause) {
     return std::make_shared<mkc::dsl::SourceFile>(
@@ -281,20 +282,39 @@ TEST_CASE("tune: attention's key block at head dim 64 is measured, and the compi
   REQUIRE(ops.size() == 1);
   CHECK(ops[0].op == "att");
   CHECK(ops[0].kind == mkc::compiler::OpKind::kAttention);
-  CHECK(ops[0].tiles == std::vector<std::vector<int64_t>>{{128, 192}});
-  // A stand-in for the GPU where 192 keys win.
+  CHECK(ops[0].own == std::vector<int64_t>{192, 128});
+  CHECK(ops[0].tiles == std::vector<std::vector<int64_t>>{{128, 128}, {128, 192}});
+  // A stand-in for the GPU where 128 queries by 192 keys win.
   int measured = 0;
   const mkc::tune::Measure measure = [&](const mkc::tune::Knobs& k) {
     ++measured;
-    return k.empty() ? 30.0 : 27.0;
+    if (k.empty()) return 30.0;
+    return k.at("att").tile == std::vector<int64_t>{128, 192} ? 27.0 : 31.0;
   };
   std::ostringstream progress;
   const mkc::tune::Entry e = mkc::tune::search(ops, measure, mkc::tune::SearchOptions{}, progress);
-  CHECK(measured == 2);
+  CHECK(measured == 3);
   REQUIRE(e.ops.count("att") == 1);
   CHECK(e.ops.at("att").tile == std::vector<int64_t>{128, 192});
-  CHECK(progress.str().find("att tile(128, 192) [1/1]: 27.00 us  best so far") !=
-        std::string::npos);
+  CHECK_MESSAGE(
+      progress.str().find("att tile(128, 192) [2/2]: 27.00 us  best so far") != std::string::npos,
+      progress.str());
+  // Beside a GEMM the compiler's tile is 128 by 128 (one kernel, one CTA size), and 192 keys the
+  // one other choice.
+  {
+    const auto mixed = std::make_shared<mkc::dsl::SourceFile>(
+        "mixed.mks",
+        "schedule mixed {\n  input Q : bf16[1, 2, 256, 64]\n  input K : bf16[1, 2, 256, 64]\n  "
+        "input V : bf16[1, 2, 256, 64]\n  output O : bf16[1, 2, 256, 64]\n  input A : "
+        "bf16[128, 256]\n  input B : bf16[256, 128]\n  output C : bf16[128, 128]\n  compute "
+        "att = attention(Q, K, V -> O)\n  compute mm = gemm(A, B -> C) tile(128, 128, 64)\n}\n");
+    const auto c = mkc::compiler::compile_file(mixed, options, "", false);
+    REQUIRE(c->ok());
+    const auto m = mkc::tune::tunable_ops(c->checked[0], 132, 132);
+    REQUIRE(m.size() == 1);
+    CHECK(m[0].own == std::vector<int64_t>{128, 128});
+    CHECK(m[0].tiles == std::vector<std::vector<int64_t>>{{128, 192}});
+  }
   // The compile with the winner: every tile of the attention asks for 192-key blocks.
   mkc::tune::Knobs knobs;
   knobs["att"] = mkc::plan::LowerOptions::Tuned{{128, 192}, 1, 1};
@@ -317,8 +337,8 @@ TEST_CASE("tune: attention's key block at head dim 64 is measured, and the compi
   { std::ofstream(dir + "/attn.mks") << schedule(64, "")->text(); }
   const auto [rc, out] = run_command("./mkc tune --dry-run --ranks 1 " + dir + "/attn.mks");
   REQUIRE_MESSAGE(rc == 0, out);
-  CHECK_MESSAGE(out.find("att (attention, the compiler's tile(128, 128)):\n    * tile(128, 192)") !=
-                    std::string::npos,
+  CHECK_MESSAGE(out.find("att (attention, the compiler's tile(192, 128)):\n    * tile(128, 128)\n "
+                         "   * tile(128, 192)") != std::string::npos,
                 out);
 }
 

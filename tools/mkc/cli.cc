@@ -1118,7 +1118,8 @@ int cmd_tune(const std::vector<std::string>& args, std::ostream& out, std::ostre
       for (const tune::TunableOp& g : ops) {
         if (g.kind == compiler::OpKind::kAttention) {
           // Its tile besides the compiler's own, each measured.
-          fmt::print(out, "  {} (attention, the compiler's tile(128, 128)):\n", g.op);
+          fmt::print(out, "  {} (attention, the compiler's tile({})):\n", g.op,
+                     fmt::join(g.own, ", "));
           for (const std::vector<int64_t>& t : g.tiles)
             fmt::print(out, "    * tile({})\n", fmt::join(t, ", "));
           continue;
