@@ -41,8 +41,8 @@ compiler::TunedFor tuned_from_db(const std::string& path,
 // An operation of `s` whose tile the compiler chooses (no tile(...), or tile(auto)), once per
 // operation name: a GEMM, whose problem ranks the cost model's candidates (tune/gemm_model.h), or
 // an attention whose tensor-core tile has choices besides the compiler's own: at head dim 64
-// (where the compiler takes 192 queries by key blocks of 128, or 128 by 128 beside a GEMM), 128
-// queries by key blocks of 128 and of 192.
+// (where the compiler takes 192 queries by key blocks of 128, or 128 by 128 beside a GEMM or
+// another attention), 128 queries by key blocks of 128 and of 192.
 struct TunableOp {
   std::string op;
   compiler::OpKind kind = compiler::OpKind::kGemm;

@@ -68,13 +68,16 @@ class Generator final : public kinds::Source {
       const kinds::Launch l = kinds::kind_of(*t).launch(*this, *t);
       bulk_stores = bulk_stores || l.bulk_stores;
       if (l.threads && sized != nullptr && l.threads != g.threads) {
+        // Named at the declaration of the larger CTA's operation (the 192-query attention).
+        const Task* wide = l.threads > g.threads ? t : sized;
         throw UserError(fmt::format(
-            "schedule `{}`: task `{}` ({}) needs {} threads per CTA and task `{}` ({}) {}, but "
+            "{}schedule `{}`: task `{}` ({}) needs {} threads per CTA and task `{}` ({}) {}, but "
             "one kernel has one CTA size; an attention tile of 192 queries (`tile(192, ...)` at "
-            "head dim 64) runs 512 threads and the tensor-core GEMM 384: give the attention "
-            "tile(128[, keys]), or put the operations in separate schedules",
-            p_.schedule, sized->label, kinds::kind_of(*sized).name(), g.threads, t->label,
-            kinds::kind_of(*t).name(), l.threads));
+            "head dim 64) runs 512 threads, the other tensor-core tiles (GEMMs, attentions of "
+            "128 queries) 384: give the attention tile(128[, keys]), or put the operations in "
+            "separate schedules",
+            where(*wide), p_.schedule, sized->label, kinds::kind_of(*sized).name(), g.threads,
+            t->label, kinds::kind_of(*t).name(), l.threads));
       }
       if (l.threads) {
         g.threads = l.threads;
@@ -141,6 +144,17 @@ class Generator final : public kinds::Source {
   }
 
  private:
+  // "file:line:col: " of the declaration task `t` comes from, when the file is known.
+  std::string where(const Task& t) const {
+    if (o_.file == nullptr || p_.source == nullptr || t.op < 0 ||
+        t.op >= static_cast<int>(p_.source->ops.size()))
+      return "";
+    const dsl::OpDecl* d = p_.source->ops[t.op].decl;
+    if (d == nullptr) return "";
+    const dsl::LineCol lc = o_.file->line_col(d->name_span.begin);
+    return fmt::format("{}:{}:{}: ", o_.file->path(), lc.line, lc.col);
+  }
+
   void line(const std::string& s) override {
     out_ += s;
     out_ += '\n';

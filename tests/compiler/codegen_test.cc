@@ -700,6 +700,58 @@ schedule mixed {{
                            what.find(") 512, but") != std::string::npos;
     CHECK_MESSAGE(names_512, what);
     CHECK_MESSAGE(what.find("tile(128[, keys])") != std::string::npos, what);
+    // At the attention's declaration (line 10 of the schedule's text, `att` at column 11).
+    CHECK_MESSAGE(what.rfind("mixed.mks:10:11: ", 0) == 0, what);
+  }
+}
+
+// The compiler's own 192-query tile at head dim 64 is for a schedule's one attention: beside
+// another attention (at head dim 128, or asking for 128 queries), whose tile runs 384 threads,
+// both take 128 and share a 384-thread kernel.
+TEST_CASE("attention: 192 queries by default only for a schedule's one attention") {
+  const auto schedule = [](const std::string& second) {
+    return std::make_shared<dsl::SourceFile>("two.mks",
+                                             fmt::format(R"(
+schedule two {{
+  input  Q : bf16[1, 2, 512, 64]
+  input  K : bf16[1, 2, 512, 64]
+  input  V : bf16[1, 2, 512, 64]
+  output O : bf16[1, 2, 512, 64]
+  input  Q2 : bf16[1, 2, 256, {0}]
+  input  K2 : bf16[1, 2, 256, {0}]
+  input  V2 : bf16[1, 2, 256, {0}]
+  output O2 : bf16[1, 2, 256, {0}]
+  compute att = attention(Q, K, V -> O)
+{1}}}
+)",
+                                                         second.empty() ? 64 : 128, second));
+  };
+  compiler::CheckOptions opts;
+  opts.ranks = {1};
+  // Alone: 192 queries, 512 threads.
+  {
+    const auto c = compiler::compile_file(schedule(""), opts);
+    REQUIRE_MESSAGE(c->ok(), dsl::render_text(c->diagnostics.all(), false));
+    CHECK(c->kernels[0].threads == 512);
+  }
+  for (const std::string& second :
+       {std::string("  compute att2 = attention(Q2, K2, V2 -> O2)\n"),
+        std::string("  compute att2 = attention(Q, K, V -> O2) tile(128, 192)\n")}) {
+    CAPTURE(second);
+    // The second one's inputs: head dim 128, or the first's Q, K, V (head dim 64) with its own
+    // tile; O2 then of the first's shape.
+    std::string text = schedule(second)->text();
+    if (second.find("tile(128, 192)") != std::string::npos) {
+      const std::string from = "output O2 : bf16[1, 2, 256, 128]";
+      text.replace(text.find(from), from.size(), "output O2 : bf16[1, 2, 512, 64]");
+    }
+    const auto c = compiler::compile_file(std::make_shared<dsl::SourceFile>("two.mks", text), opts);
+    REQUIRE_MESSAGE(c->ok(), dsl::render_text(c->diagnostics.all(), false));
+    CHECK(c->kernels[0].threads == 384);
+    for (const std::string& p : c->kernels[0].paths) {
+      INFO(p);
+      CHECK(p.find("tiles of 128 queries") != std::string::npos);
+    }
   }
 }
 
