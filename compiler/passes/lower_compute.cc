@@ -466,7 +466,7 @@ void Lowerer::lower_reduce(int i) {
   }
 }
 
-// At head dim 64 three consumer warpgroups of 64 rows ran 5-11% faster than two on an H100
+// At head dim 64 three consumer warpgroups of 64 rows ran 1.5-11% faster than two on an H100
 // (2026-12-07, causal and not, S 2K-16K, batches of 1-16; docs/RESULTS.md). Only for a schedule
 // whose one attention declaration this is and that has no GEMM: any other tensor-core tile (a
 // GEMM's, another attention's at head dim 128 or with its own tile) runs 384 threads, and one
