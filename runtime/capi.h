@@ -80,7 +80,7 @@ int mkc_synchronize(mkc_kernel* k, char* err, int err_len);
  * Chrome/Perfetto trace JSON, as `mkc run --trace` writes it. */
 int mkc_trace(mkc_kernel* k, const char* path, char* err, int err_len);
 /* Kernel::tune (docs/TUNING.md): measures the cost model's best `candidates` for each GEMM
- * without tile(...), and the other tile of each head-dim-64 attention without one (at most
+ * without tile(...), and the other tiles of each head-dim-64 attention without one (at most
  * `budget_s` seconds, `iters` launches timed each) on this process's GPUs, stores the fastest in
  * the tuning database and rebuilds the kernel with it; bindings and tensor contents do not survive.
  * *us gets the winner's µs per launch (0: nothing to tune); `progress` (may be null) a line per
