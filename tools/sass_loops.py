@@ -18,18 +18,25 @@ import re
 import sys
 
 LINE = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 TARGET = re.compile(r"\bBRA\b.*?0x([0-9a-f]+)")
 WAIT = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x([0-9a-f]+)")
 
 
 def read(lines):
-    """(address, instruction text) of each SASS instruction, in order."""
-    out = []
+    """{function name: [(address, instruction text), ...]}, in order: cuobjdump starts each
+    function's addresses at 0 (a kernel with a __noinline__ function has two)."""
+    functions = {}
+    current = functions.setdefault("", [])
     for line in lines:
+        f = FUNCTION.match(line)
+        if f:
+            current = functions.setdefault(f.group(1), [])
+            continue
         m = LINE.match(line)
         if m:
-            out.append((int(m.group(1), 16), m.group(2)))
-    return out
+            current.append((int(m.group(1), 16), m.group(2)))
+    return {name: ins for name, ins in functions.items() if ins}
 
 
 def opcode(text):
@@ -80,17 +87,20 @@ def main():
     ap.add_argument("sass", help="cuobjdump -sass output, or - for standard input")
     args = ap.parse_args()
     src = sys.stdin if args.sass == "-" else open(args.sass, encoding="utf-8", errors="replace")
-    ins = read(src)
-    if not ins:
+    functions = read(src)
+    if not functions:
         print("sass_loops: no SASS instructions in the input (cuobjdump -sass output expected)",
               file=sys.stderr)
         return 1
-    bodies = loops(ins)
-    if not bodies:
-        print("sass_loops: no loop with a wgmma (HGMMA) in it")
-        return 0
-    for body in bodies:
-        print(describe(body))
+    found = 0
+    for name, ins in functions.items():
+        for body in loops(ins):
+            print((f"{name}: " if len(functions) > 1 else "") + describe(body))
+            found += 1
+    if not found:
+        # cuobjdump's branches name addresses (BRA 0x...); nvdisasm's name labels, not read here.
+        print("sass_loops: no loop with a wgmma (HGMMA) in it (branches to addresses, as "
+              "cuobjdump -sass writes them)")
     return 0
 
 

@@ -88,9 +88,10 @@ tune::GemmProblem gemm_problem(const compiler::CheckedSchedule& s, const compile
                                int64_t compute_ctas, int64_t sms, bool split_k);
 
 // The queries per task the compiler gives attention `op` of `s` without a tile(...): 192 at head
-// dim 64 (the tensor-core tile's three consumer warpgroups, 512 threads) when it is the
-// schedule's one attention and no GEMM shares the kernel (their tensor-core tiles run 384),
-// else 128. The lowering's default, and the choice `mkc tune` measures the others against.
+// dim 64 (the tensor-core tile's three consumer warpgroups, 512 threads) when no GEMM and no
+// other attention, unless it asks for tile(192) at head dim 64 too, shares the kernel (their
+// tensor-core tiles run 384), else 128. The lowering's default, and the choice `mkc tune`
+// measures the others against.
 int64_t attention_default_rows(const compiler::CheckedSchedule& s, const compiler::OpInstance& op);
 
 }  // namespace mkc::plan

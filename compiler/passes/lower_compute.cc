@@ -467,17 +467,21 @@ void Lowerer::lower_reduce(int i) {
 }
 
 // At head dim 64 three consumer warpgroups of 64 rows ran 1.5-11% faster than two on an H100
-// (2026-12-07, causal and not, S 2K-16K, batches of 1-16; docs/RESULTS.md). Only for a schedule
-// whose one attention declaration this is and that has no GEMM: any other tensor-core tile (a
-// GEMM's, another attention's at head dim 128 or with its own tile) runs 384 threads, and one
-// kernel has one CTA size; with one attention, `mkc tune` can move all its instances together.
+// (2026-12-07, causal and not, S 2K-16K, batches of 1-16; docs/RESULTS.md). Only where no GEMM
+// and no other attention without its own tile(192) is in the schedule: their tensor-core tiles
+// run 384 threads, and one kernel has one CTA size; with one attention to choose for, `mkc tune`
+// moves all its instances together.
 int64_t attention_default_rows(const compiler::CheckedSchedule& s, const OpInstance& op) {
+  const auto head_dim_64 = [](const OpInstance& m) {
+    return m.inputs.at(0).shape.back() == 64 && m.outputs.at(0).shape.back() == 64;
+  };
   const bool alone = std::all_of(s.ops.begin(), s.ops.end(), [&](const OpInstance& m) {
     if (m.kind == OpKind::kGemm || m.kind == OpKind::kGroupedGemm) return false;
-    return m.kind != OpKind::kAttention || m.name == op.name;
+    if (m.kind != OpKind::kAttention || m.name == op.name) return true;
+    // Another attention that asks for 192 queries at head dim 64 runs 512 threads too.
+    return !m.tile.empty() && m.tile[0] == 192 && head_dim_64(m);
   });
-  const int64_t d = op.inputs.at(0).shape.back(), dv = op.outputs.at(0).shape.back();
-  return d == 64 && dv == 64 && alone ? 192 : 128;
+  return head_dim_64(op) && alone ? 192 : 128;
 }
 
 // attention_tile (abi::AttentionTileArgs): views {Q, K, V, O[, acc, m, l]}, each flattened for the

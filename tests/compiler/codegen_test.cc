@@ -753,6 +753,19 @@ schedule two {{
       CHECK(p.find("tiles of 128 queries") != std::string::npos);
     }
   }
+  // Beside one asking for 192 queries at head dim 64 (512 threads too): both 192.
+  {
+    std::string text = schedule("  compute att2 = attention(Q, K, V -> O2) tile(192)\n")->text();
+    const std::string from = "output O2 : bf16[1, 2, 256, 128]";
+    text.replace(text.find(from), from.size(), "output O2 : bf16[1, 2, 512, 64]");
+    const auto c = compiler::compile_file(std::make_shared<dsl::SourceFile>("two.mks", text), opts);
+    REQUIRE_MESSAGE(c->ok(), dsl::render_text(c->diagnostics.all(), false));
+    CHECK(c->kernels[0].threads == 512);
+    for (const std::string& p : c->kernels[0].paths) {
+      INFO(p);
+      CHECK(p.find("tiles of 192 queries") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("attention: the tensor-core tile where it applies, with 3-D maps, named in the paths") {

@@ -27,6 +27,19 @@ TEST_CASE("gpu_attention_ab.sh: --help, and refusals without two builds") {
   std::tie(rc, out) = run_command("bash tools/gpu_attention_ab.sh --bogus");
   CHECK(rc == 2);
   CHECK_MESSAGE(out.find("unknown option --bogus") != std::string::npos, out);
+  // An option without its value, or a value of the wrong form: the usage, not a shell error.
+  std::tie(rc, out) =
+      run_command(fmt::format("bash tools/gpu_attention_ab.sh {0} {0} --rounds", dir));
+  CHECK(rc == 2);
+  CHECK_MESSAGE(out.find("--rounds needs a value") != std::string::npos, out);
+  std::tie(rc, out) =
+      run_command(fmt::format("bash tools/gpu_attention_ab.sh {0} {0} --rounds two", dir));
+  CHECK(rc == 2);
+  CHECK_MESSAGE(out.find("--rounds two is not a count") != std::string::npos, out);
+  std::tie(rc, out) = run_command(
+      fmt::format("bash tools/gpu_attention_ab.sh {0} {0} --sass-shape 4096x64x0", dir));
+  CHECK(rc == 2);
+  CHECK_MESSAGE(out.find("is not BxHxSxDxCAUSAL") != std::string::npos, out);
 }
 
 }  // namespace

@@ -47,6 +47,30 @@ TEST_CASE("sass_loops: a wgmma loop's instructions, R2URs and waits against its 
   CHECK_MESSAGE(out.find("0x90-") == std::string::npos, out);
 }
 
+// cuobjdump starts each function's addresses at 0 (a kernel with a __noinline__ function has
+// two): a loop's body holds its own function's instructions only.
+TEST_CASE("sass_loops: each function's loops apart") {
+  const std::string path = temp("two.sass");
+  std::ofstream(path) << R"(
+        Function : other
+        /*0000*/                   UMOV UR4, 0x1 ;
+        /*0010*/                   NOP ;
+        /*0020*/                   EXIT ;
+        Function : mkc_k
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0 ;
+        /*0020*/                   MUFU.EX2 R24, R24 ;
+        /*0030*/              @!P0 BRA 0x10 ;
+        /*0040*/                   EXIT ;
+)";
+  const auto [rc, out] = run_command(fmt::format("python3 tools/sass_loops.py {}", path));
+  REQUIRE_MESSAGE(rc == 0, out);
+  // Three instructions of mkc_k, not other's UMOV and NOP at the same addresses.
+  CHECK_MESSAGE(out.find("mkc_k: loop 0x10-0x30: 3 instructions, 1 HGMMA, 0 R2UR, 0 uniform, 1 "
+                         "MUFU.EX2; no wgmma wait") != std::string::npos,
+                out);
+}
+
 TEST_CASE("sass_loops: input without SASS is an error, SASS without a wgmma loop is not") {
   const std::string empty = temp("empty.sass");
   std::ofstream(empty) << "not a listing\n";

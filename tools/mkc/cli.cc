@@ -116,12 +116,11 @@ $MKC_NVRTC_OPTIONS adds NVRTC options.
 constexpr const char* kTuneUsage = R"(usage: mkc tune [options] FILE
 
 Measures, on this machine's GPU, the schedule's GEMMs without tile(...) at the tiles and split-K
-the cost model ranks best (tune/gemm_model.h), and its attentions at head dim 64 without
-tile(...) at tile(128, 128) and tile(128, 192) besides the compiler's own (192 queries by
-128 keys for a schedule's one attention without a GEMM), one operation at a time, and stores
-the fastest in the tuning database, which `mkc compile`, `mkc run` and the API then use for the
-same schedule, parameters, world size, ranks per node, arch, SMs and NVRTC. A line per
-measurement.
+the cost model ranks best (tune/gemm_model.h), and its bf16/f16 attentions at head dim 64
+without tile(...) at tile(128, 192) and, where the compiler's own is 192 queries by 128 keys,
+tile(128, 128), one operation at a time, and stores the fastest in the tuning database, which
+`mkc compile`, `mkc run` and the API then use for the same schedule, parameters, world size,
+ranks per node, arch, SMs and NVRTC. A line per measurement.
 
 options (and -D, --ranks, --ranks-per-node, --sms, --share-gpus as for `mkc run`):
   --tune-db FILE       the database to write (default as for `mkc compile`)
