@@ -512,18 +512,15 @@ void Lowerer::lower_attention(int i) {
     const std::vector<int64_t> t = tile_of(m);
     return t.empty() ? attention_default_rows(s_, m) : std::min<int64_t>(t[0], 256);
   };
-  std::vector<int64_t> tile = op.tile;
-  if (tile.empty() && opts_.tuned != nullptr) {
-    const auto it = opts_.tuned->find(op.name);
-    if (it != opts_.tuned->end()) {
-      tile = it->second.tile;
-      const bool noted = std::any_of(plan_.decisions.begin(), plan_.decisions.end(),
-                                     [&](const Decision& d) { return d.op == name_of(op); });
-      if (!noted) {
-        plan_.decisions.push_back(Decision{name_of(op),
-                                           fmt::format("tile({})", fmt::join(tile, ", ")),
-                                           "measured fastest by `mkc tune` (the tuning database)"});
-      }
+  const std::vector<int64_t> tile = tile_of(op);
+  if (op.tile.empty() && !tile.empty()) {
+    // From the tuning database: said once per declaration.
+    const bool noted = std::any_of(plan_.decisions.begin(), plan_.decisions.end(),
+                                   [&](const Decision& d) { return d.op == name_of(op); });
+    if (!noted) {
+      plan_.decisions.push_back(Decision{name_of(op),
+                                         fmt::format("tile({})", fmt::join(tile, ", ")),
+                                         "measured fastest by `mkc tune` (the tuning database)"});
     }
   }
   const int64_t bq = rows_of(op);
