@@ -709,61 +709,43 @@ schedule mixed {{
 // another attention (at head dim 128, or asking for 128 queries), whose tile runs 384 threads,
 // both take 128 and share a 384-thread kernel.
 TEST_CASE("attention: 192 queries by default only for a schedule's one attention") {
+  // `att` at head dim 64 without a tile, beside `second`: nothing, an attention at head dim 128
+  // (on Q2, K2, V2), or one at head dim 64 (on Q, K, V into O3) asking for its own tile.
   const auto schedule = [](const std::string& second) {
-    return std::make_shared<dsl::SourceFile>("two.mks",
-                                             fmt::format(R"(
+    return std::make_shared<dsl::SourceFile>("two.mks", fmt::format(R"(
 schedule two {{
   input  Q : bf16[1, 2, 512, 64]
   input  K : bf16[1, 2, 512, 64]
   input  V : bf16[1, 2, 512, 64]
   output O : bf16[1, 2, 512, 64]
-  input  Q2 : bf16[1, 2, 256, {0}]
-  input  K2 : bf16[1, 2, 256, {0}]
-  input  V2 : bf16[1, 2, 256, {0}]
-  output O2 : bf16[1, 2, 256, {0}]
+  input  Q2 : bf16[1, 2, 256, 128]
+  input  K2 : bf16[1, 2, 256, 128]
+  input  V2 : bf16[1, 2, 256, 128]
+  output O2 : bf16[1, 2, 256, 128]
+  output O3 : bf16[1, 2, 512, 64]
   compute att = attention(Q, K, V -> O)
-{1}}}
+{0}}}
 )",
-                                                         second.empty() ? 64 : 128, second));
+                                                                    second));
   };
-  compiler::CheckOptions opts;
-  opts.ranks = {1};
-  // Alone: 192 queries, 512 threads.
-  {
-    const auto c = compiler::compile_file(schedule(""), opts);
+  struct Case {
+    std::string second;
+    int threads, queries;
+  };
+  for (const Case& k :
+       {Case{"", 512, 192}, Case{"  compute att2 = attention(Q2, K2, V2 -> O2)\n", 384, 128},
+        Case{"  compute att2 = attention(Q, K, V -> O3) tile(128, 192)\n", 384, 128},
+        // Asking for 192 queries at head dim 64 (512 threads too): both 192.
+        Case{"  compute att2 = attention(Q, K, V -> O3) tile(192)\n", 512, 192}}) {
+    CAPTURE(k.second);
+    compiler::CheckOptions opts;
+    opts.ranks = {1};
+    const auto c = compiler::compile_file(schedule(k.second), opts);
     REQUIRE_MESSAGE(c->ok(), dsl::render_text(c->diagnostics.all(), false));
-    CHECK(c->kernels[0].threads == 512);
-  }
-  for (const std::string& second :
-       {std::string("  compute att2 = attention(Q2, K2, V2 -> O2)\n"),
-        std::string("  compute att2 = attention(Q, K, V -> O2) tile(128, 192)\n")}) {
-    CAPTURE(second);
-    // The second one's inputs: head dim 128, or the first's Q, K, V (head dim 64) with its own
-    // tile; O2 then of the first's shape.
-    std::string text = schedule(second)->text();
-    if (second.find("tile(128, 192)") != std::string::npos) {
-      const std::string from = "output O2 : bf16[1, 2, 256, 128]";
-      text.replace(text.find(from), from.size(), "output O2 : bf16[1, 2, 512, 64]");
-    }
-    const auto c = compiler::compile_file(std::make_shared<dsl::SourceFile>("two.mks", text), opts);
-    REQUIRE_MESSAGE(c->ok(), dsl::render_text(c->diagnostics.all(), false));
-    CHECK(c->kernels[0].threads == 384);
+    CHECK(c->kernels[0].threads == k.threads);
     for (const std::string& p : c->kernels[0].paths) {
       INFO(p);
-      CHECK(p.find("tiles of 128 queries") != std::string::npos);
-    }
-  }
-  // Beside one asking for 192 queries at head dim 64 (512 threads too): both 192.
-  {
-    std::string text = schedule("  compute att2 = attention(Q, K, V -> O2) tile(192)\n")->text();
-    const std::string from = "output O2 : bf16[1, 2, 256, 128]";
-    text.replace(text.find(from), from.size(), "output O2 : bf16[1, 2, 512, 64]");
-    const auto c = compiler::compile_file(std::make_shared<dsl::SourceFile>("two.mks", text), opts);
-    REQUIRE_MESSAGE(c->ok(), dsl::render_text(c->diagnostics.all(), false));
-    CHECK(c->kernels[0].threads == 512);
-    for (const std::string& p : c->kernels[0].paths) {
-      INFO(p);
-      CHECK(p.find("tiles of 192 queries") != std::string::npos);
+      CHECK(p.find(fmt::format("tiles of {} queries", k.queries)) != std::string::npos);
     }
   }
 }
