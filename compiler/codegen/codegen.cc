@@ -287,6 +287,42 @@ class Generator final : public kinds::Source {
                        c, c));
     line("    default: break;  // fences, launch ends and signals have no body");
     line("  }\n}\n");
+    // Classes whose tasks run as chains (Kind::chains): their chain functions, and the loop's
+    // test for them.
+    chain_classes_.clear();
+    for (size_t c = 0; c < class_tasks_.size(); ++c) {
+      const Task& t = *class_tasks_[c];
+      if (!kinds::kind_of(t).chains(*this, t)) continue;
+      chain_classes_.push_back(static_cast<int>(c));
+      line(fmt::format(
+          "__device__ __forceinline__ void chain_class_{}(const mkc::KernelArgs& a, const "
+          "mkc::TaskRecord* tasks, const mkc::View* views, const long long* args, const int* list, "
+          "int n, const long long* next_args, const mkc::View* next_v) {{",
+          c));
+      kinds::kind_of(t).emit_chain(*this, t);
+      line("}\n");
+    }
+    if (chain_classes_.empty()) return;
+    line("__device__ __forceinline__ bool class_chains(int cls) {");
+    line(fmt::format("  return {};", fmt::join(chain_tests(), " || ")));
+    line("}\n");
+    line(
+        "__device__ __forceinline__ void run_chain(int cls, const mkc::KernelArgs& a, const "
+        "mkc::TaskRecord* tasks, const mkc::View* views, const long long* args, const int* list, "
+        "int n, const long long* next_args, const mkc::View* next_v) {");
+    line("  switch (cls) {");
+    for (const int c : chain_classes_)
+      line(fmt::format(
+          "    case {}: chain_class_{}(a, tasks, views, args, list, n, next_args, next_v); break;",
+          c, c));
+    line("    default: break;");
+    line("  }\n}\n");
+  }
+
+  std::vector<std::string> chain_tests() const {
+    std::vector<std::string> out;
+    for (const int c : chain_classes_) out.push_back(fmt::format("cls == {}", c));
+    return out;
   }
 
   // The plan's tables: constant arrays in the source, or (Tables::kData) arrays the source only
@@ -461,6 +497,47 @@ class Generator final : public kinds::Source {
     line("    mkc::begin_task(a, t);");
     line("    if (!mkc::wait_all(a, kWaits + rec.wait0, rec.nwaits)) break;");
     line("    if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * t] = mkc::globaltimer();");
+    if (!chain_classes_.empty()) {
+      // A chain (Kind::chains): this task and the ones after it of its class that wait for
+      // nothing, after tasks that signal nothing, in one call; the loop signals for the last.
+      line("    int n = 1;");
+      line("    if (class_chains(rec.cls)) {");
+      line("      while (i + n < last) {");
+      line("        const mkc::TaskRecord& r = kTasks[kCtaList[i + n]];");
+      line(
+          "        if (r.cls != rec.cls || r.nwaits != 0 || kTasks[kCtaList[i + n - 1]].nsigs != "
+          "0) "
+          "break;");
+      line("        ++n;");
+      line("      }");
+      line("    }");
+      // i moves to the run's last task before the call: nothing but i lives across it (a kernel
+      // at its register limit spilled with the run's start and length held over the call).
+      line("    const int* run = kCtaList + i;");
+      line("    i += n - 1;");
+      // The task after the run, when it is of the same class and waits for nothing: a GEMM tile
+      // loads its first stages during this one's epilogue (templates/mkc/gemm_sm90.cuh), an
+      // attention chain the next tile's Q and first key blocks.
+      line("    const mkc::TaskRecord* next = i + 1 < last ? &kTasks[kCtaList[i + 1]] : nullptr;");
+      line("    const bool chain = next != nullptr && next->cls == rec.cls && next->nwaits == 0;");
+      line("    const long long* next_args = chain ? kArgs + next->arg0 : nullptr;");
+      line("    const mkc::View* next_v = chain ? kViews + next->view0 : nullptr;");
+      line("    if (class_chains(rec.cls))");
+      line("      run_chain(rec.cls, a, kTasks, kViews, kArgs, run, n, next_args, next_v);");
+      line("    else");
+      line(
+          "      run_task(rec.cls, a, kViews + rec.view0, kArgs + rec.arg0, rec.nargs, next_args, "
+          "next_v);");
+      line("    const int tl = kCtaList[i];");
+      line("    if (!mkc::finish_task(a, kSignals + kTasks[tl].sig0, kTasks[tl].nsigs)) break;");
+      line(
+          "    if (a.trace != nullptr && threadIdx.x == 0) a.trace[2 * tl + 1] = "
+          "mkc::globaltimer();");
+      line("  }");
+      line("  mkc::end_launch(a);");
+      line("}");
+      return;
+    }
     if (tma) {
       // The next task, when it is of the same class and waits for nothing: a GEMM tile loads its
       // first stages during this one's epilogue (templates/mkc/gemm_sm90.cuh).
@@ -504,6 +581,7 @@ class Generator final : public kinds::Source {
   std::map<TensorMapSpec, int> map_index_;
   std::vector<TensorMapSpec> maps_;
   std::vector<const Task*> class_tasks_;
+  std::vector<int> chain_classes_;  // classes whose tasks run as chains
 };
 
 }  // namespace

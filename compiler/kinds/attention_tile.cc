@@ -134,13 +134,21 @@ class AttentionTile final : public Kind {
     return l;
   }
 
+  // The tensor-core tile runs its CTA's consecutive tiles as one pipeline (attention_chain_tma).
+  bool chains(const Source& s, const Task& t) const override { return tma_d(s, t) != 0; }
+
+  void emit_chain(Source& s, const Task& t) const override {
+    const int d = tma_d(s, t);
+    s.line("  extern __shared__ unsigned char mkc_smem[];");
+    s.line(fmt::format(
+        "  mkc::sm90::attention_chain_tma<{}, {}, {}, {}, {}>(a, tasks, views, args, list, n, "
+        "kBuffers, mkc_smem, next_args, next_v);",
+        s.type_of(t, 0), s.type_of(t, 3), d, key_block(t, d), query_block(t, d)));
+  }
+
   void emit(Source& s, const Task& t) const override {
-    if (const int d = tma_d(s, t)) {
-      s.line("  extern __shared__ unsigned char mkc_smem[];");
-      s.line(fmt::format(
-          "  mkc::sm90::attention_tile_tma<{}, {}, {}, {}, {}>(a, v, args, kBuffers, mkc_smem, "
-          "next_args, next_v);",
-          s.type_of(t, 0), s.type_of(t, 3), d, key_block(t, d), query_block(t, d)));
+    if (tma_d(s, t)) {
+      s.line("  // Runs as chains (chain functions below).");
     } else {
       s.line(fmt::format("  mkc::attention_tile<{}, {}>(a, v, args, kBuffers);", s.type_of(t, 0),
                          s.type_of(t, 3)));

@@ -138,6 +138,14 @@ class Kind {
   // The body of the class's device function (`a`, `v`, `args`, `nargs`, `next_args`, `next_v`
   // and `kBuffers`, `kRanks` are in scope).
   virtual void emit(Source& s, const Task& t) const;
+  // Whether the class's tasks run as chains: a run of them back to back in a CTA's list (none but
+  // the first waiting for anything, none but the last signalling) in one call, without the CTA
+  // meeting between them. Its chain function's body is then emit_chain's, and emit's is unused.
+  virtual bool chains(const Source&, const Task&) const { return false; }
+  // The body of the class's chain function (`a`, `tasks`, `views`, `args`, `list`, `n`,
+  // `next_args`, `next_v` and `kBuffers`, `kRanks` in scope: the tasks list[0] .. list[n - 1],
+  // their records at tasks[list[i]]).
+  virtual void emit_chain(Source& s, const Task& t) const;
   // The argument words the device reads, from t.args (tensor maps filled in).
   virtual std::vector<int64_t> device_args(Source&, const Task& t) const { return t.args; }
   // Whether t may write box b of another node (the proxy carries it); why not, for the error.

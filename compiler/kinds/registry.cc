@@ -17,6 +17,10 @@ void Kind::emit(Source&, const Task&) const {
   throw InternalError(fmt::format("task kind {} has no device code to emit", name()));
 }
 
+void Kind::emit_chain(Source&, const Task&) const {
+  throw InternalError(fmt::format("task kind {} does not run as chains", name()));
+}
+
 const Kind& kind_of(TaskKind k) {
   static const Kind* const table[] = {
 #define MKC_KIND_ENTRY(e, name, is_comm) &kind<TaskKind::e>(),

@@ -110,8 +110,9 @@ const Names& math() {
 // compiler/codegen/codegen.cc), and the namespaces it uses.
 const Names& generated() {
   static const Names g = {
-      "kRanks",   "kBuffers",  "kCtas",    "kTasks",   "kViews", "kArgs", "kWaits",
-      "kSignals", "kCtaStart", "kCtaList", "run_task", "std",    "cuda",
+      "kRanks",   "kBuffers", "kCtas",    "kTasks",       "kViews",
+      "kArgs",    "kWaits",   "kSignals", "kCtaStart",    "kCtaList",
+      "run_task", "std",      "cuda",     "class_chains", "run_chain",
   };
   return g;
 }
@@ -145,7 +146,8 @@ const char* reserved_device_name(std::string_view name) {
   }
   if (types().count(n) || is_vector_type(name)) return "a C++ or CUDA type";
   if (name == "main") return "the name of a program's entry point";
-  if (starts_with(name, "mkc") || starts_with(name, "task_class_") || generated().count(n))
+  if (starts_with(name, "mkc") || starts_with(name, "task_class_") ||
+      starts_with(name, "chain_class_") || generated().count(n))
     return "a name mkc's generated code uses";
   if (name.find("__") != std::string_view::npos ||
       (name.size() >= 2 && name[0] == '_' && name[1] >= 'A' && name[1] <= 'Z'))

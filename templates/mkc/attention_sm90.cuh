@@ -82,7 +82,10 @@ struct AttnShape {
 // Byte offsets of this tile's mbarriers in the header (the GEMM's PipeState and its barriers use
 // bytes [0, 192), a 2-CTA pair's peer barriers [192, 256) while a paired ring is in use: a ring
 // of another class starts afresh).
-constexpr int kAttnBarOffset = 192;  // q_full[2], full_k[], full_v[], empty_k[], empty_v[]
+constexpr int kAttnBarOffset =
+    192;  // q_full[2], q_free[2], full_k[], full_v[], empty_k[], empty_v[]
+// Each consumer warpgroup's place in a chain (attention_chain_tma), two copies of 4 words.
+constexpr int kAttnCursorOffset = 512;
 
 // Key blocks a tile sees: all of them, or (causal) those with a key visible to its last query.
 template <int D, int BN>
@@ -142,10 +145,13 @@ __device__ __forceinline__ void pin_regs(unsigned* r) {
 // arrivals as waits (all warpgroups of a tile take the same number of turns), and no barrier
 // gets a second arrival before its wait: warpgroup w hands to w + 1 again only after its own next
 // turn, which needs w + 1's turn to have come and gone.
+// A chain of tiles takes its turns as one sequence: AttnTurns::open once at its start, then an
+// AttnTurns per tile that carries on from the turns handed so far.
 struct AttnTurns {
-  int w, n, points, handed = 0;
-  __device__ __forceinline__ AttnTurns(int w_, int n_, int points_)
-      : w(w_), n(n_), points(points_) {
+  int w, n, points, handed;
+  __device__ __forceinline__ AttnTurns(int w_, int n_, int points_, int handed_ = 0)
+      : w(w_), n(n_), points(points_), handed(handed_) {}
+  __device__ __forceinline__ static void open(int w, int n, int points) {
 #ifndef MKC_ATTN_NO_PINGPONG
     if (w == n - 1 && points > 0) named_bar_arrive(kBarTurn + 0, 256);
 #endif
@@ -303,15 +309,18 @@ __device__ __forceinline__ void attn_issue_pv(float* o, const unsigned* p,
 
 // The consumer warpgroup's part of the tile: rows row0.. (64 of them) of the slice. Key block j
 // is the ring's load c0 + j (stage (c0 + j) % kStages); Q is in q_smem once q_bar completes its
-// phase q_phase.
+// phase q_phase; the warpgroup arrives on q_free once its Q Kᵀs are done with it. Its turns are
+// the chain's (attention_chain_tma): this tile takes nblocks + 1 of them (none without blocks).
+// False when a wait failed or the task failed (the tile's turns are then not all taken).
 // Blocks overlap inside the warpgroup (FlashAttention-3's order): block j's Q Kᵀ and block j-1's
 // P V are issued together, and block j's softmax runs while P V is on the tensor cores; the
 // rescale of O waits for that P V. P of block j-1 stays in its registers until its wgmma is done.
 template <typename T, typename TO, int D, int BN, int BQ>
-__device__ __forceinline__ void attention_consumer(
+__device__ __forceinline__ bool attention_consumer(
     const KernelArgs& a, const View* v, const abi::AttentionTileArgs& at, int nb,
     const unsigned char* q_smem, const unsigned char* ring, u64* q_bar, unsigned q_phase,
-    u64* full_k, u64* full_v, u64* empty_k, u64* empty_v, int nblocks, unsigned c0, int w, int t) {
+    u64* q_free, u64* full_k, u64* full_v, u64* empty_k, u64* empty_v, int nblocks, unsigned c0,
+    int w, int t, AttnTurns& turns) {
   using S = AttnShape<D, BN, BQ>;
   constexpr int kN = S::kBN;
   const long long Sq = v[0].shape[1], Sk = v[1].shape[1];
@@ -321,6 +330,9 @@ __device__ __forceinline__ void attention_consumer(
   const int qrow[2] = {row0 + warp * 16 + lane / 4, row0 + warp * 16 + lane / 4 + 8};
   // The last key each sees (causal; the lowering clamps the offset to [-Sq, Sk]).
   const int off = static_cast<int>(at.causal_offset);
+  // Read once: the block loop's barrier waits clobber memory, so `at.causal` in the mask's test
+  // was loaded from the task's arguments again for every block.
+  const bool causal = at.causal != 0;
   const int krow0 = row0 + off;
   const int krow[2] = {qrow[0] + off, qrow[1] + off};
   // The key blocks this warpgroup's rows see (`mine`, at most the tile's): under a causal mask
@@ -331,7 +343,7 @@ __device__ __forceinline__ void attention_consumer(
   int mine = nblocks;
   if (row0 >= at.q1) {
     mine = 0;
-  } else if (at.causal) {
+  } else if (causal) {
     const long long last = (at.q1 < row0 + 64 ? at.q1 : row0 + 64) - 1 + off;
     const long long keys = last + 1 < Sk ? last + 1 : Sk;
     const long long seen = keys > 0 ? (keys + kN - 1) / kN : 0;
@@ -374,7 +386,6 @@ __device__ __forceinline__ void attention_consumer(
   }
   // Step j issues block j's Q Kᵀ and (j > 0) block j-1's P V in one turn; a last turn issues the
   // last block's P V. K's slot is released once Q Kᵀ is done, V's once P V is.
-  AttnTurns turns(w, S::kConsumers, nblocks > 0 ? nblocks + 1 : 0);
   // P is carried from one step to the next: defined here, or ptxas keeps its registers live from
   // the kernel's entry, through the producer's 40-register part (spilled).
   unsigned p[kN / 4];
@@ -397,7 +408,7 @@ __device__ __forceinline__ void attention_consumer(
       wgmma_wait<0>();
       pin_regs<kN / 2>(sc);
       if (t == 0) mbar_arrive(empty_k + s0);
-      attn_mask<kN>(sc, 0, static_cast<int>(Sk), at.causal, krow0, krow, lane);
+      attn_mask<kN>(sc, 0, static_cast<int>(Sk), causal, krow0, krow, lane);
       attn_softmax<kN>(sc, m, l, scale2, alpha);
       attn_pack_p<T, kN>(sc, p);
       pin_regs<kN / 4>(p);
@@ -426,7 +437,7 @@ __device__ __forceinline__ void attention_consumer(
     wgmma_wait<1>();
     pin_regs<kN / 2>(sc);
     if (t == 0) mbar_arrive(empty_k + s);
-    attn_mask<kN>(sc, j * kN, static_cast<int>(Sk), at.causal, krow0, krow, lane);
+    attn_mask<kN>(sc, j * kN, static_cast<int>(Sk), causal, krow0, krow, lane);
     attn_softmax<kN>(sc, m, l, scale2, alpha);
     wgmma_wait<0>();
     pin_regs<D / 2>(o);
@@ -435,6 +446,8 @@ __device__ __forceinline__ void attention_consumer(
     attn_pack_p<T, kN>(sc, p);
     pin_regs<kN / 4>(p);
   }
+  // Every Q Kᵀ of this warpgroup is done: the producer may load a later tile's Q into this slot.
+  if (ok && t == 0) mbar_arrive(q_free);
   // The last block's P V.
   if (ok && mine > 0) {
     const unsigned g = c0 + mine - 1;
@@ -471,10 +484,8 @@ __device__ __forceinline__ void attention_consumer(
       turns.end();
     }
   }
-  // Every turn taken (with none of its own, a warpgroup has one more than the blocks), also after
-  // a failed wait: the other warpgroups never wait for one not taken.
-  turns.give_up();
-  if (!ok || task_state().failed) return;
+  // After a failed wait the chain gives up the turns not taken (attention_chain_tma).
+  if (!ok || task_state().failed) return false;
     // The rows' sums over the quad; O normalised (last instance) or the state kept (not last).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -505,6 +516,7 @@ __device__ __forceinline__ void attention_consumer(
     TO* O = view_ptr<TO>(a, v[3], nb) + at.l * Sq * D;
     store_tile<TO, float, D>(o, O, D, nullptr, row0, 0, at.q1, D, t, NoFn{});
   }
+  return true;
 }
 
 #endif  // MKC_HAS_WGMMA
@@ -549,40 +561,69 @@ __device__ __forceinline__ void attn_load_q(const KernelArgs& a, const abi::Atte
 }
 #endif  // MKC_HAS_WGMMA
 
-// The task: args AttentionTileArgs (abi.h) with map_q, map_k and map_v set (3-D maps of the
-// [L, S, D] views, boxes of 64 columns x 128 (Q) or BN (K, V) rows x 1 slice); views {Q, K, V,
-// O[, acc, max, sum]}. Needs AttnShape<D, BN, BQ>::kThreads threads and ::kSmemBytes of dynamic
-// shared memory.
-// `next_args`/`next_v`: the CTA's next task when it is an attention tile of this class that waits
-// for nothing (the kernel's loop says so), else null. The ring, its mbarriers and two Q slots
-// then persist across the tiles (PipeState, numbering loads from the ring's initialisation as the
-// GEMM does): while this tile's consumers finish, the producer loads the next tile's Q into the
-// other slot and its first key blocks into the stages they free, so the next tile starts on
-// loaded data instead of paying the loads' latency after this one's epilogue.
+// The tasks: a chain of n attention tiles of one class that the kernel's loop hands over in one
+// call (its CTA list holds them back to back; none but the first waits for anything and none but
+// the last signals): list[i] is the i-th tile's task, its views and args at
+// views + tasks[list[i]].view0 and args + tasks[list[i]].arg0. Args AttentionTileArgs (abi.h)
+// with map_q, map_k and map_v set (3-D maps of the [L, S, D] views, boxes of 64 columns x BQ (Q)
+// or BN (K, V) rows x 1 slice); views {Q, K, V, O[, acc, max, sum]}. Needs
+// AttnShape<D, BN, BQ>::kThreads threads and ::kSmemBytes of dynamic shared memory.
+// The tiles run as one pipeline: the producer loads tile after tile (Q into two slots in turn,
+// each freed by q_free once the consumers' Q Kᵀs are done with it; K and V through the ring),
+// and the consumers go from one tile's last P V and epilogue to the next tile's first Q Kᵀ
+// without a barrier of the CTA, their turns going round across the tiles, so that one warpgroup's
+// epilogue runs under the others' MMAs and the tensor cores do not drain at every tile (a
+// quarter of the time at 2,048 keys, under a causal mask, where the CTA met at each tile).
+// The producer thread refreshes the task's deadline (and the task named in an error) as it starts
+// each tile, and writes the trace's start of each tile after the first; consumer warpgroup 0 the
+// end of each but the last (the kernel's loop writes the others).
+// `next_args`/`next_v`: the CTA's next task after the chain when it is an attention tile of this
+// class that waits for nothing (the kernel's loop says so), else null. The ring, its mbarriers
+// and two Q slots then persist (PipeState, numbering loads from the ring's initialisation as the
+// GEMM does): the producer loads that tile's Q and first key blocks while the chain's consumers
+// finish, so it starts on loaded data.
 template <typename T, typename TO, int D, int BN = 128, int BQ = 128>
-__device__ void attention_tile_tma(const KernelArgs& a, const View* v, const long long* args,
-                                   int nb, unsigned char* smem, const long long* next_args,
-                                   const View* next_v) {
+__device__ void attention_chain_tma(const KernelArgs& a, const abi::TaskRecord* tasks,
+                                    const View* views, const long long* args, const int* list,
+                                    int n, int nb, unsigned char* smem, const long long* next_args,
+                                    const View* next_v) {
+  const auto tile_v = [&](int i) { return views + tasks[list[i]].view0; };
+  const auto tile_args = [&](int i) { return args + tasks[list[i]].arg0; };
 #if MKC_HAS_WGMMA
   using S = AttnShape<D, BN, BQ>;
-  const abi::AttentionTileArgs& at = args_as<abi::AttentionTileArgs>(args);
   PipeState* ps = reinterpret_cast<PipeState*>(smem);
   u64* bars = reinterpret_cast<u64*>(smem + kAttnBarOffset);
-  u64* q_full = bars;  // one per Q slot
-  u64* full_k = bars + 2;
+  u64* q_full = bars;      // one per Q slot
+  u64* q_free = bars + 2;  // one per Q slot: the consumers are done with its Q
+  u64* full_k = bars + 4;
   u64* full_v = full_k + S::kStages;
   u64* empty_k = full_v + S::kStages;
   u64* empty_v = empty_k + S::kStages;
-  static_assert(kAttnBarOffset + (2 + 4 * S::kStages) * 8 <= 1024,
-                "the attention tile's mbarriers end before Q (at 1024 bytes or later)");
+  static_assert(kAttnBarOffset + (4 + 4 * S::kStages) * 8 <= kAttnCursorOffset &&
+                    kAttnCursorOffset + S::kConsumers * 8 * 4 <= 1024,
+                "the attention tile's mbarriers and cursors end before Q (at 1024 bytes or later)");
   unsigned char* q_slots = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<unsigned long long>(smem) + 1024 + 1023) & ~1023ull);
   unsigned char* ring = q_slots + 2 * S::kQBytes;
-  const int nblocks = attn_blocks<D, BN>(at, v[1].shape[1]);
-  // No tile prefetches for one that returns at once (below), so the ring's state stays valid.
-  if (attn_returns_at_once(at, nblocks)) return;
-  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-  if (threadIdx.x == 0 && !(ps->bn == S::kKey && ps->prefetched_args == args)) {
+  // Turns over the chain, and whether any tile does work: a tile that returns at once (a block of
+  // a later rank in causal ring attention) is skipped by every side, so the ring's state (and a
+  // prefetch for a later tile) stays valid.
+  int points_all = 0;
+  bool any = false;
+  for (int i = 0; i < n; ++i) {
+    const abi::AttentionTileArgs& at = args_as<abi::AttentionTileArgs>(tile_args(i));
+    const int nblocks = attn_blocks<D, BN>(at, tile_v(i)[1].shape[1]);
+    if (attn_returns_at_once(at, nblocks)) continue;
+    any = true;
+    points_all += nblocks > 0 ? nblocks + 1 : 0;
+  }
+  if (!any) return;
+  // The thread's index read here, not one the compiler hoisted to the kernel's entry: held across
+  // the kernel's whole task loop, it spilled in ring attention's kernel (at 168 registers).
+  unsigned tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  const int wg = static_cast<int>(tid / 128), t = static_cast<int>(tid % 128);
+  if (tid == 0 && !(ps->bn == S::kKey && ps->prefetched_args == tile_args(0))) {
     // Not the continuation of this class's prefetch: another task may have used the shared memory
     // (the GEMM's ring is overwritten, and starts afresh next time), so the ring starts afresh.
     ps->bn = S::kKey;
@@ -590,8 +631,10 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
     ps->tiles = 0;
     ps->prefetched = 0;
     ps->prefetched_args = nullptr;
-    mbar_init(q_full, 1);
-    mbar_init(q_full + 1, 1);
+    for (int q = 0; q < 2; ++q) {
+      mbar_init(q_full + q, 1);
+      mbar_init(q_free + q, S::kConsumers);
+    }
     for (int s = 0; s < S::kStages; ++s) {
       mbar_init(full_k + s, 1);
       mbar_init(full_v + s, 1);
@@ -601,40 +644,59 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  // Read by every thread here; thread 0 updates them only after both consumers are done.
-  const unsigned c0 = ps->next_consume, tile = ps->tiles;
-  // Loads already issued for this tile: its Q and (prefetched - 1) key blocks, or none.
-  const int pre = ps->prefetched_args == args ? ps->prefetched : 0;
-  unsigned char* q_smem = q_slots + (tile & 1) * S::kQBytes;
+  // Read by every thread here; thread 0 updates them only after every consumer is done.
+  const unsigned c_first = ps->next_consume, tile_first = ps->tiles;
+  // Loads already issued for the first tile: its Q and (prefetched - 1) key blocks, or none.
+  const int pre = ps->prefetched_args == tile_args(0) ? ps->prefetched : 0;
   if (wg == 0) {
     setmaxnreg_dec<S::kProducerRegs>();
+    unsigned c = c_first, u = tile_first;
     int next_pre = 0;
     if (t == 0) {
       // Q, K and V may have been written with plain stores by an earlier task of this CTA.
       asm volatile("fence.proxy.async.global;" ::: "memory");
-      const TensorMap* map_k = a.tensor_maps + at.map_k;
-      const TensorMap* map_v = a.tensor_maps + at.map_v;
-      if (pre == 0) attn_load_q<D, BN, BQ>(a, at, q_smem, q_full + (tile & 1));
       bool ok = true;
-      for (int j = pre > 0 ? pre - 1 : 0; ok && j < nblocks; ++j)
-        ok = attn_load_block<D, BN>(a, c0 + j, ring, full_k, full_v, empty_k, empty_v, map_k, map_v,
-                                    j, static_cast<int>(at.l));
+      // The Q of the tile counted u into its slot, once the tile two before is done with it.
+      const auto load_q = [&](const abi::AttentionTileArgs& at, unsigned tile) {
+        if (tile >= 2 && !mbar_wait(a, q_free + (tile & 1), ((tile >> 1) - 1) & 1, -1))
+          return false;
+        attn_load_q<D, BN, BQ>(a, at, q_slots + (tile & 1) * S::kQBytes, q_full + (tile & 1));
+        return true;
+      };
+      for (int i = 0; ok && i < n; ++i) {
+        const abi::AttentionTileArgs& at = args_as<abi::AttentionTileArgs>(tile_args(i));
+        const int nblocks = attn_blocks<D, BN>(at, tile_v(i)[1].shape[1]);
+        if (attn_returns_at_once(at, nblocks)) continue;
+        if (i > 0) {
+          TaskState& st = task_state();
+          const u64 now = globaltimer();
+          st.deadline = now + a.timeout_ns;
+          st.task = list[i];
+          if (a.trace != nullptr) a.trace[2 * list[i]] = now;
+        }
+        const int p = i == 0 ? pre : 0;
+        if (p == 0) ok = load_q(at, u);
+        for (int j = p > 0 ? p - 1 : 0; ok && j < nblocks; ++j)
+          ok = attn_load_block<D, BN>(a, c + j, ring, full_k, full_v, empty_k, empty_v,
+                                      a.tensor_maps + at.map_k, a.tensor_maps + at.map_v, j,
+                                      static_cast<int>(at.l));
+        c += nblocks;
+        ++u;
+      }
       if (ok && next_args != nullptr) {
         const abi::AttentionTileArgs& nx = args_as<abi::AttentionTileArgs>(next_args);
         const int next_blocks = attn_blocks<D, BN>(nx, next_v[1].shape[1]);
         if (!attn_returns_at_once(nx, next_blocks)) {
-          // Its Q into the other slot (free: the tile before this one used it), then at most a
-          // ring's worth of its key blocks, each as this tile's consumers free a stage.
-          const unsigned next_tile = tile + 1;
-          attn_load_q<D, BN, BQ>(a, nx, q_slots + (next_tile & 1) * S::kQBytes,
-                                 q_full + (next_tile & 1));
-          const int n = next_blocks < S::kStages ? next_blocks : S::kStages;
+          // Its Q into the next slot, then at most a ring's worth of its key blocks, each as the
+          // chain's consumers free a stage.
+          ok = load_q(nx, u);
+          const int m = next_blocks < S::kStages ? next_blocks : S::kStages;
           int j = 0;
-          for (; ok && j < n; ++j)
-            ok = attn_load_block<D, BN>(a, c0 + nblocks + j, ring, full_k, full_v, empty_k, empty_v,
+          for (; ok && j < m; ++j)
+            ok = attn_load_block<D, BN>(a, c + j, ring, full_k, full_v, empty_k, empty_v,
                                         a.tensor_maps + nx.map_k, a.tensor_maps + nx.map_v, j,
                                         static_cast<int>(nx.l));
-          next_pre = ok ? 1 + n : 0;
+          next_pre = ok ? 1 + m : 0;
         }
       }
     }
@@ -642,21 +704,72 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
     __syncwarp();
     named_bar_sync(kBarRegs, S::kThreads);
     if (t == 0) {
-      // Both consumers are past their last use of the ring's state read above.
-      ps->next_consume = c0 + nblocks;
-      ps->next_load = c0 + nblocks + (next_pre > 0 ? next_pre - 1 : 0);
-      ps->tiles = tile + 1;
+      // Every consumer is past its last use of the ring's state read above.
+      ps->next_consume = c;
+      ps->next_load = c + (next_pre > 0 ? next_pre - 1 : 0);
+      ps->tiles = u;
       ps->prefetched = next_pre;
       ps->prefetched_args = next_pre > 0 ? next_args : nullptr;
     }
     setmaxnreg_inc<S::kBaseRegs>();
   } else {
     setmaxnreg_inc<S::kConsumerRegs>();
-    attention_consumer<T, TO, D, BN, BQ>(a, v, at, nb, q_smem, ring, q_full + (tile & 1),
-                                         (tile >> 1) & 1, full_k, full_v, empty_k, empty_v, nblocks,
-                                         c0, wg - 1, t);
+    const int w = wg - 1;
+    // The warpgroup's place in the chain (the tile, its first load, its Q slot count, the turns
+    // handed) in shared memory, written by its thread 0 after each tile into the copy the next
+    // reads, and read by all after the warpgroup's barrier at the top of each tile: held in
+    // registers across a tile, it spilled at head dim 64; and without a barrier of the
+    // warpgroup's own in the loop ptxas keeps the block loop's descriptors off the uniform
+    // datapath (32 R2UR a block, not 8).
+    unsigned* cursor = reinterpret_cast<unsigned*>(smem + kAttnCursorOffset) + 8 * w;
+    if (t == 0) {
+      cursor[0] = 0;
+      cursor[1] = c_first;
+      cursor[2] = tile_first;
+      cursor[3] = 0;
+    }
+    const int tiles = __shfl_sync(0xffffffffu, n, 0);
+    const int points = __shfl_sync(0xffffffffu, points_all, 0);
+    AttnTurns::open(w, S::kConsumers, points);
+    for (unsigned k = 0;; ++k) {
+      named_bar_sync(kBarGroup + w, 128);
+      // Broadcast from lane 0 as well: ptxas does not take a load to be warp-uniform.
+      const unsigned* cur = cursor + 4 * (k & 1);
+      const int i = __shfl_sync(0xffffffffu, static_cast<int>(cur[0]), 0);
+      if (i >= tiles) break;
+      const unsigned c = __shfl_sync(0xffffffffu, cur[1], 0);
+      const unsigned u = __shfl_sync(0xffffffffu, cur[2], 0);
+      AttnTurns turns(w, S::kConsumers, points,
+                      __shfl_sync(0xffffffffu, static_cast<int>(cur[3]), 0));
+      const View* v = tile_v(i);
+      const abi::AttentionTileArgs& at = args_as<abi::AttentionTileArgs>(tile_args(i));
+      // Warp-uniform, and visibly so to the compiler (as `mine` in attention_consumer).
+      const int nblocks = __shfl_sync(0xffffffffu, attn_blocks<D, BN>(at, v[1].shape[1]), 0);
+      const bool skip = __shfl_sync(0xffffffffu, attn_returns_at_once(at, nblocks) ? 1 : 0, 0);
+      bool ok = true;
+      if (!skip) {
+        ok = attention_consumer<T, TO, D, BN, BQ>(
+            a, v, at, nb, q_slots + (u & 1) * S::kQBytes, ring, q_full + (u & 1), (u >> 1) & 1,
+            q_free + (u & 1), full_k, full_v, empty_k, empty_v, nblocks, c, w, t, turns);
+        if (ok && i + 1 < tiles && w == 0 && t == 0 && a.trace != nullptr)
+          a.trace[2 * list[i] + 1] = globaltimer();
+      }
+      if (!ok) {
+        // Every turn of the chain taken, also after a failed wait (the tiles after it without
+        // MMAs): the other warpgroups never wait for one not taken.
+        turns.give_up();
+        break;
+      }
+      if (t == 0) {
+        unsigned* nx = cursor + 4 * ((k + 1) & 1);
+        nx[0] = static_cast<unsigned>(i + 1);
+        nx[1] = skip ? c : c + nblocks;
+        nx[2] = skip ? u : u + 1;
+        nx[3] = static_cast<unsigned>(turns.handed);
+      }
+    }
     __syncwarp();
-    named_bar_sync(kBarGroup + wg - 1, 128);
+    named_bar_sync(kBarGroup + w, 128);
     setmaxnreg_dec<S::kBaseRegs>();
     named_bar_arrive(kBarRegs, S::kThreads);
   }
@@ -665,7 +778,10 @@ __device__ void attention_tile_tma(const KernelArgs& a, const View* v, const lon
   (void)smem;
   (void)next_args;
   (void)next_v;
-  attention_tile<T, TO>(a, v, args, nb);
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) __syncthreads();
+    attention_tile<T, TO>(a, tile_v(i), tile_args(i), nb);
+  }
 #endif
 }
 

@@ -783,9 +783,17 @@ schedule attn {{
     if (d == 40) {
       CHECK(g.paths[0].find("SIMT") != std::string::npos);
       CHECK(g.tensor_maps.empty());
+      // The SIMT tile runs one task a call: the kernel's loop has no chains.
+      CHECK(g.source.find("run_chain") == std::string::npos);
       continue;
     }
     CHECK(g.paths[0].find("wgmma") != std::string::npos);
+    // A CTA's consecutive tiles run as one chain (attention_chain_tma), the loop signalling for
+    // the last.
+    CHECK(g.source.find("run_chain(rec.cls, a, kTasks, kViews, kArgs, run, n,") !=
+          std::string::npos);
+    CHECK(g.source.find("attention_chain_tma<") != std::string::npos);
+    CHECK(g.source.find("attention_tile_tma<") == std::string::npos);
     CHECK(g.paths[0].find(fmt::format("blocks of {} keys", k.keys)) != std::string::npos);
     CHECK(g.paths[0].find(fmt::format("tiles of {} queries", k.queries)) != std::string::npos);
     CHECK(g.threads == 128 + 2 * k.queries);
