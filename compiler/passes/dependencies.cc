@@ -158,20 +158,27 @@ class Deriver {
       for (size_t b = a + 1; b < ops.size(); ++b) forward_[a] = forward_[a] || op_reach_[a][b];
     }
     ordered_.assign(p_.tasks.size(), -1);
+    // About a counter per task at 64 ranks: grown from empty, the rehashes were 1.9% of
+    // gemm_allreduce's rank 0 of 64.
+    done_.reserve(p_.tasks.size());
     whole_.assign(ops.size(), -1);
+    // Collected with repeats, then sorted and made unique: a consumer of an all-to-all has
+    // hundreds of producers, and a tree set per consumer cost more than the pass's own work.
+    // Reused from task to task (cleared, not freed): a vector each per task was a malloc and a
+    // free each for every one of the 254,080 tasks of gemm_allreduce's rank 0 of 64.
+    std::vector<int> producers;
+    std::vector<std::pair<LiveSpanIndex<Access>*, size_t>> superseded;
+    std::vector<int> awaited_ops;
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       if (p_.tasks[t].op < 0) continue;
-      // Collected with repeats, then sorted and made unique: a consumer of an all-to-all has
-      // hundreds of producers, and a tree set per consumer cost more than the pass's own work.
-      std::vector<int> producers;
-      std::vector<std::pair<LiveSpanIndex<Access>*, size_t>> superseded;
+      producers.clear();
+      superseded.clear();
       data_edges(static_cast<int>(t), &producers);
       credits(static_cast<int>(t), &producers, &superseded);
       // Often in order already: the readers of a whole buffer's writers get them in task order.
       if (!std::is_sorted(producers.begin(), producers.end()))
         std::sort(producers.begin(), producers.end());
       producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
-      std::vector<int> awaited_ops;
       wait_for(static_cast<int>(t), producers, &awaited_ops);
       retire_awaited(static_cast<int>(t), awaited_ops, &superseded);
       fence(static_cast<int>(t));
@@ -197,11 +204,13 @@ class Deriver {
   // "directly or through others" takes it. (Without it, `c = copy(Y -> ...) after b` with `b =
   // shift(...) after a` and `a` writing Y raced on Y: tests/fuzz/mks_gen.h found it.)
   static std::vector<int> notified(const Task& t) {
-    std::set<int> out = {t.rank};
-    for (const Box& b : t.writes) out.insert(b.rank);
+    std::vector<int> out = {t.rank};
+    for (const Box& b : t.writes) out.push_back(b.rank);
     if (t.kind == TaskKind::kSignalOnly)
-      out.insert(static_cast<int>(args_as<abi::SignalArgs>(t).peer));
-    return {out.begin(), out.end()};
+      out.push_back(static_cast<int>(args_as<abi::SignalArgs>(t).peer));
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
   }
 
   // Whether `consumer` already waits for `producer`: by an edge of its own, or through the counter
@@ -305,9 +314,12 @@ class Deriver {
       }
     }
     const size_t first_wait = p_.tasks[consumer].waits.size();
-    std::map<std::pair<int, int>, std::vector<int>> groups;  // (op, rank or -1) -> producers
+    // The producers by group, (op, rank or -1), in runs as they come (producers come in runs of
+    // one group); then the groups in key order, each group's producers in the order they came:
+    // what a map from key to producers gave, without its nodes and vectors for every consumer.
+    size_t nruns = 0;
     std::pair<int, int> last_key;
-    std::vector<int>* last = nullptr;  // groups[last_key]: producers come in runs of one group
+    std::vector<int>* last = nullptr;  // runs_[nruns - 1].second
     for (int p : producers) {
       if (p == consumer || ordered(p, consumer)) continue;
       if (fenced_for_[p] != rank) {
@@ -318,11 +330,34 @@ class Deriver {
       const std::pair<int, int> key = {op_of_[p], fenced ? -1 : rank_of_[p]};
       if (last == nullptr || key != last_key) {
         last_key = key;
-        last = &groups[key];
+        if (nruns == runs_.size()) runs_.emplace_back();
+        runs_[nruns].first = key;
+        runs_[nruns].second.clear();
+        last = &runs_[nruns].second;
+        ++nruns;
       }
       last->push_back(p);
     }
-    for (auto& [key, set] : groups) {
+    run_order_.resize(nruns);
+    for (size_t i = 0; i < nruns; ++i) run_order_[i] = i;
+    const auto by_key = [&](size_t a, size_t b) { return runs_[a].first < runs_[b].first; };
+    if (!std::is_sorted(run_order_.begin(), run_order_.end(), by_key))
+      std::stable_sort(run_order_.begin(), run_order_.end(), by_key);
+    for (size_t i = 0; i < nruns;) {
+      const std::pair<int, int> key = runs_[run_order_[i]].first;
+      size_t j = i + 1;
+      while (j < nruns && runs_[run_order_[j]].first == key) ++j;
+      const std::vector<int>* group = &runs_[run_order_[i]].second;
+      if (j - i > 1) {
+        merged_.clear();
+        for (size_t k = i; k < j; ++k) {
+          const std::vector<int>& run = runs_[run_order_[k]].second;
+          merged_.insert(merged_.end(), run.begin(), run.end());
+        }
+        group = &merged_;
+      }
+      i = j;
+      const std::vector<int>& set = *group;
       const int op = key.first;
       if (set.size() == 1 || op < 0) {
         for (int p : set) edge(p, consumer);
@@ -703,14 +738,20 @@ class Deriver {
   // 3. Launch fences: a write into (or a signal to) another rank waits for that rank's fence.
   void fence(int t) {
     const Task& task = p_.tasks[t];
-    std::set<int> peers;
+    // Ascending and once each, as a set gave them; most tasks write only their own rank, and a
+    // tree set per task was a malloc for each.
+    std::vector<int>& peers = fence_peers_;
+    peers.clear();
     for (const Box& b : task.writes) {
-      if (b.rank != task.rank) peers.insert(b.rank);
+      if (b.rank != task.rank) peers.push_back(b.rank);
     }
     if (task.kind == TaskKind::kSignalOnly) {
       const int peer = static_cast<int>(args_as<abi::SignalArgs>(task).peer);
-      if (peer != task.rank) peers.insert(peer);
+      if (peer != task.rank) peers.push_back(peer);
     }
+    if (peers.empty()) return;
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
     for (int d : peers) edge(fences_.at(d), t);
   }
 
@@ -734,6 +775,12 @@ class Deriver {
     std::vector<Box> parts;
   };
   std::map<std::pair<const void*, size_t>, Coverage> coverage_;
+  std::vector<int> fence_peers_;  // fence's scratch
+  // wait_for's scratch: runs of producers of one group, their order by group, and a group's
+  // producers gathered from several runs.
+  std::vector<std::pair<std::pair<int, int>, std::vector<int>>> runs_;
+  std::vector<size_t> run_order_;
+  std::vector<int> merged_;
   std::map<int, int> fences_;
   std::map<int, int> ends_;
   // Producer task -> the ranks of tasks waiting for it (a few; a set of pairs cost a tree node
