@@ -100,7 +100,7 @@ class Deriver {
     // Indexes: tasks of each operation by the ranks they announce to, and every box by
     // (rank, buffer).
     by_op_rank_.assign(ops.size(), std::vector<std::vector<int>>(p_.ranks));
-    notified_.resize(p_.tasks.size());
+    notified_at_.assign(1, 0);
     awaited_on_.resize(p_.tasks.size());
     op_of_.resize(p_.tasks.size());
     rank_of_.resize(p_.tasks.size());
@@ -121,9 +121,11 @@ class Deriver {
       written_ranks_.erase(std::unique(written_ranks_.begin() + first, written_ranks_.end()),
                            written_ranks_.end());
       written_at_.push_back(written_ranks_.size());
+      if (task.op >= 0) add_notified(task);
+      notified_at_.push_back(notified_ranks_.size());
       if (task.op < 0) continue;
-      notified_[t] = notified(task);
-      for (int r : notified_[t]) by_op_rank_[task.op][r].push_back(static_cast<int>(t));
+      for (int r : notified(static_cast<int>(t)))
+        by_op_rank_[task.op][r].push_back(static_cast<int>(t));
       for (const Box& b : task.writes)
         writes_[{b.rank, b.buffer, task.op}].add(p_, static_cast<int>(t), &b);
     }
@@ -133,10 +135,14 @@ class Deriver {
     // access a later writer of those elements must wait for, like this rank's own. (With only
     // the own rank's, two shifts into one ring slot from the same sender were a write-after-
     // write race that compile accepted: tests/fuzz/mks_gen.h found it.)
-    own_.resize(p_.tasks.size());
+    own_at_.assign(1, 0);
+    parts_.resize(static_cast<size_t>(p_.ranks) * p_.buffers.size());
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
-      if (task.op < 0) continue;
+      if (task.op < 0) {
+        own_at_.push_back(own_.size());
+        continue;
+      }
       for (const std::vector<Box>* boxes : {&task.reads, &task.writes}) {
         for (const Box& b : *boxes) {
           const auto [first, end] = flat_span(p_.buffers[b.buffer], b);
@@ -144,14 +150,15 @@ class Deriver {
           const bool write = boxes == &task.writes;
           // Marked: a peer's write into this rank, what retire_awaited looks for.
           const Access a{static_cast<int>(t), write, &b, columns(p_.buffers[b.buffer], b)};
-          own_[t].push_back({&idx, idx.add(first, end, a, write && b.rank != task.rank)});
+          own_.push_back({&idx, idx.add(first, end, a, write && b.rank != task.rank)});
         }
       }
+      own_at_.push_back(own_.size());
     }
     for (auto& [key, index] : frontier_) {
       index.finish();
       const auto [rank, buffer, scatter_op] = key;
-      parts_[{rank, buffer}].push_back({scatter_op, &index});
+      parts_[part_of(rank, buffer)].push_back({scatter_op, &index});
     }
     forward_.assign(ops.size(), 0);
     for (size_t a = 0; a < ops.size(); ++a) {
@@ -182,13 +189,14 @@ class Deriver {
       wait_for(static_cast<int>(t), producers, &awaited_ops);
       retire_awaited(static_cast<int>(t), awaited_ops, &superseded);
       fence(static_cast<int>(t));
-      for (const auto& [idx, h] : own_[t]) idx->set_alive(h, true);
+      for (size_t i = own_at_[t]; i < own_at_[t + 1]; ++i)
+        own_[i].first->set_alive(own_[i].second, true);
       for (const auto& [idx, h] : superseded) idx->set_alive(h, false);
     }
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
       if (task.op < 0) continue;
-      for (int r : notified_[t]) {
+      for (int r : notified(static_cast<int>(t))) {
         const std::vector<int>& by = awaited_on_[t];
         if (r != task.rank && std::find(by.begin(), by.end(), r) == by.end())
           edge(static_cast<int>(t), ends_.at(r));
@@ -203,14 +211,25 @@ class Deriver {
   // `after`s (c after b, b after a) then orders c after a on each rank, as the checker's
   // "directly or through others" takes it. (Without it, `c = copy(Y -> ...) after b` with `b =
   // shift(...) after a` and `a` writing Y raced on Y: tests/fuzz/mks_gen.h found it.)
-  static std::vector<int> notified(const Task& t) {
-    std::vector<int> out = {t.rank};
+  void add_notified(const Task& t) {
+    std::vector<int>& out = notified_ranks_;
+    const auto first = static_cast<std::ptrdiff_t>(out.size());
+    out.push_back(t.rank);
     for (const Box& b : t.writes) out.push_back(b.rank);
     if (t.kind == TaskKind::kSignalOnly)
       out.push_back(static_cast<int>(args_as<abi::SignalArgs>(t).peer));
-    std::sort(out.begin(), out.end());
-    out.erase(std::unique(out.begin(), out.end()), out.end());
-    return out;
+    std::sort(out.begin() + first, out.end());
+    out.erase(std::unique(out.begin() + first, out.end()), out.end());
+  }
+  // A task's notified ranks (add_notified), ascending; none for a launch fence or end.
+  struct Ranks {
+    const int* b;
+    const int* e;
+    const int* begin() const { return b; }
+    const int* end() const { return e; }
+  };
+  Ranks notified(int t) const {
+    return {notified_ranks_.data() + notified_at_[t], notified_ranks_.data() + notified_at_[t + 1]};
   }
 
   // Whether `consumer` already waits for `producer`: by an edge of its own, or through the counter
@@ -223,7 +242,7 @@ class Deriver {
     if (ordered_[producer] == consumer) return true;
     const int op = op_of_[producer];
     if (op < 0 || whole_[op] != consumer) return false;
-    const std::vector<int>& to = notified_[producer];
+    const Ranks to = notified(producer);
     return std::binary_search(to.begin(), to.end(), rank_of_[consumer]);
   }
 
@@ -594,11 +613,11 @@ class Deriver {
                std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>* superseded) {
     const Task& writer = p_.tasks[w];
     for (const Box& wb : writer.writes) {
-      auto it = parts_.find({wb.rank, wb.buffer});
-      if (it == parts_.end()) continue;
+      const auto& parts = parts_[part_of(wb.rank, wb.buffer)];
+      if (parts.empty()) continue;
       const auto [first, end] = flat_span(p_.buffers[wb.buffer], wb);
       const Columns wc = columns(p_.buffers[wb.buffer], wb);
-      for (const auto& [scatter_op, index] : it->second) {
+      for (const auto& [scatter_op, index] : parts) {
         // Scatter writes of one operation fill disjoint elements by construction (plan.h): the
         // writer's own operation's part is skipped whole.
         if (wb.scatter && scatter_op == writer.op) continue;
@@ -653,10 +672,10 @@ class Deriver {
     };
     for (const std::vector<Box>* boxes : {&task.reads, &task.writes}) {
       for (const Box& mine : *boxes) {
-        auto it = parts_.find({mine.rank, mine.buffer});
-        if (it == parts_.end()) continue;
+        const auto& parts = parts_[part_of(mine.rank, mine.buffer)];
+        if (parts.empty()) continue;
         const auto [first, end] = flat_span(p_.buffers[mine.buffer], mine);
-        for (const auto& [scatter_op, index] : it->second) {
+        for (const auto& [scatter_op, index] : parts) {
           if (!may_be_awaited(scatter_op)) continue;
           LiveSpanIndex<Access>* idx = index;  // not a structured binding: captured below
           // Only a peer's write inside `mine` can be covered: one over a whole buffer (an
@@ -764,8 +783,15 @@ class Deriver {
   // of their own, which their operation's other scatter writes never need to visit.
   std::map<std::tuple<int, int, int>, LiveSpanIndex<Access>> frontier_;
   // (rank, buffer) -> its parts of the frontier: (operation of the scatter writes or -1, index).
-  std::map<std::pair<int, int>, std::vector<std::pair<int, LiveSpanIndex<Access>*>>> parts_;
-  std::vector<std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>> own_;  // task -> its entries
+  // Indexed by part_of(rank, buffer): looked up for every box of every task.
+  std::vector<std::vector<std::pair<int, LiveSpanIndex<Access>*>>> parts_;
+  size_t part_of(int rank, int buffer) const {
+    return static_cast<size_t>(rank) * p_.buffers.size() + static_cast<size_t>(buffer);
+  }
+  // Task t's entries on the frontier: own_[own_at_[t] .. own_at_[t + 1]) (flat: a vector per
+  // task was an allocation and a free for each).
+  std::vector<std::pair<LiveSpanIndex<Access>*, size_t>> own_;
+  std::vector<size_t> own_at_;
   std::vector<char> forward_;  // operation -> waits (transitively) for a later one
   // Frontier accesses partly overwritten by the writes of one operation on one rank, each of
   // which waited for them (covered_by).
@@ -787,7 +813,9 @@ class Deriver {
   // per signal).
   std::vector<std::vector<int>> awaited_on_;
   std::vector<std::vector<char>> op_reach_;
-  std::vector<std::vector<int>> notified_;  // task -> notified(task)
+  // notified(t), flat: notified_ranks_[notified_at_[t] .. notified_at_[t + 1]).
+  std::vector<size_t> notified_at_;
+  std::vector<int> notified_ranks_;
   // Per task, apart from the tasks themselves: a consumer's producers (8,192 for a combine's
   // reducer at 64 ranks) are each looked at, and a Task's fields lie a cache miss apart.
   std::vector<int> op_of_, rank_of_;
