@@ -101,13 +101,17 @@ class Deriver {
     // (rank, buffer).
     by_op_rank_.assign(ops.size(), std::vector<std::vector<int>>(p_.ranks));
     notified_at_.assign(1, 0);
-    awaited_on_.resize(p_.tasks.size());
+    awaited_first_.assign(p_.tasks.size(), -1);
+    awaited_more_.resize(p_.tasks.size());
+    set_done_.resize(static_cast<size_t>(p_.ranks));
     op_of_.resize(p_.tasks.size());
     rank_of_.resize(p_.tasks.size());
     scatters_.assign(p_.tasks.size(), 0);
     fenced_for_.assign(p_.tasks.size(), -1);
     fenced_.assign(p_.tasks.size(), 0);
     written_at_.assign(1, 0);
+    std::tuple<int, int, int> last_writes_key;
+    BoxIndex* last_writes = nullptr;
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
       op_of_[t] = task.op;
@@ -126,8 +130,15 @@ class Deriver {
       if (task.op < 0) continue;
       for (int r : notified(static_cast<int>(t)))
         by_op_rank_[task.op][r].push_back(static_cast<int>(t));
-      for (const Box& b : task.writes)
-        writes_[{b.rank, b.buffer, task.op}].add(p_, static_cast<int>(t), &b);
+      for (const Box& b : task.writes) {
+        // Consecutive boxes mostly share their index: the tree is looked up when the key changes.
+        const std::tuple<int, int, int> key = {b.rank, b.buffer, task.op};
+        if (last_writes == nullptr || key != last_writes_key) {
+          last_writes_key = key;
+          last_writes = &writes_[key];
+        }
+        last_writes->add(p_, static_cast<int>(t), &b);
+      }
     }
     for (auto& [key, index] : writes_) index.finish();
     // The accesses of every task to every rank's buffers, switched on as tasks are processed: a
@@ -137,6 +148,8 @@ class Deriver {
     // write race that compile accepted: tests/fuzz/mks_gen.h found it.)
     own_at_.assign(1, 0);
     parts_.resize(static_cast<size_t>(p_.ranks) * p_.buffers.size());
+    std::tuple<int, int, int> last_frontier_key;
+    LiveSpanIndex<Access>* last_frontier = nullptr;
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
       if (task.op < 0) {
@@ -146,7 +159,12 @@ class Deriver {
       for (const std::vector<Box>* boxes : {&task.reads, &task.writes}) {
         for (const Box& b : *boxes) {
           const auto [first, end] = flat_span(p_.buffers[b.buffer], b);
-          LiveSpanIndex<Access>& idx = frontier_[{b.rank, b.buffer, b.scatter ? task.op : -1}];
+          const std::tuple<int, int, int> key = {b.rank, b.buffer, b.scatter ? task.op : -1};
+          if (last_frontier == nullptr || key != last_frontier_key) {
+            last_frontier_key = key;
+            last_frontier = &frontier_[key];
+          }
+          LiveSpanIndex<Access>& idx = *last_frontier;
           const bool write = boxes == &task.writes;
           // Marked: a peer's write into this rank, what retire_awaited looks for.
           const Access a{static_cast<int>(t), write, &b, columns(p_.buffers[b.buffer], b)};
@@ -197,8 +215,7 @@ class Deriver {
       const Task& task = p_.tasks[t];
       if (task.op < 0) continue;
       for (int r : notified(static_cast<int>(t))) {
-        const std::vector<int>& by = awaited_on_[t];
-        if (r != task.rank && std::find(by.begin(), by.end(), r) == by.end())
+        if (r != task.rank && !is_awaited(static_cast<int>(t), r))
           edge(static_cast<int>(t), ends_.at(r));
       }
     }
@@ -282,8 +299,19 @@ class Deriver {
 
   // A task of `rank` waits for task `producer`.
   void awaited(int producer, int rank) {
-    std::vector<int>& by = awaited_on_[producer];
+    int& first = awaited_first_[producer];
+    if (first == rank) return;
+    if (first < 0) {
+      first = rank;
+      return;
+    }
+    std::vector<int>& by = awaited_more_[producer];
     if (std::find(by.begin(), by.end(), rank) == by.end()) by.push_back(rank);
+  }
+  bool is_awaited(int producer, int rank) const {
+    if (awaited_first_[producer] == rank) return true;
+    const std::vector<int>& by = awaited_more_[producer];
+    return std::find(by.begin(), by.end(), rank) != by.end();
   }
 
   // Makes `consumer` wait for `producer` alone (once): the producer's own counter on the
@@ -382,8 +410,9 @@ class Deriver {
         for (int p : set) edge(p, consumer);
         continue;
       }
-      auto it = set_done_.find({rank, set});
-      if (it == set_done_.end()) {
+      std::map<std::vector<int>, int>& done = set_done_[static_cast<size_t>(rank)];
+      auto it = done.find(set);
+      if (it == done.end()) {
         const Task& first = p_.tasks[set.front()];
         const int ev = p_.add_event(
             rank, fmt::format("{}+{}@r{}.done", first.label, set.size() - 1, first.rank));
@@ -391,7 +420,7 @@ class Deriver {
           p_.tasks[p].signals.push_back(Signal{ev, handoff(p, rank)});
           awaited(p, rank);
         }
-        it = set_done_.emplace(std::make_pair(rank, set), ev).first;
+        it = done.emplace(set, ev).first;
       }
       for (int p : set) ordered_[p] = consumer;
       p_.tasks[consumer].waits.push_back(Wait{it->second, static_cast<int64_t>(set.size()), 0});
@@ -811,7 +840,9 @@ class Deriver {
   std::map<int, int> ends_;
   // Producer task -> the ranks of tasks waiting for it (a few; a set of pairs cost a tree node
   // per signal).
-  std::vector<std::vector<int>> awaited_on_;
+  // The first such rank inline (most producers have one), the others beside it.
+  std::vector<int> awaited_first_;
+  std::vector<std::vector<int>> awaited_more_;
   std::vector<std::vector<char>> op_reach_;
   // notified(t), flat: notified_ranks_[notified_at_[t] .. notified_at_[t + 1]).
   std::vector<size_t> notified_at_;
@@ -835,10 +866,11 @@ class Deriver {
   // (producer << 32 | rank) -> its counter; hashed: every edge looks it up, and as a tree (with
   // all_done_, of the same type then) it was 4.6% of gemm_allreduce's rank 0 of 64.
   std::unordered_map<uint64_t, int> done_;
-  std::map<std::pair<int, std::vector<int>>, int> set_done_;  // (rank, producers) -> counter
-  std::unordered_map<int, KeptWaits> kept_waits_;             // rank -> its last kept wait_for
-  std::map<std::pair<int, int>, int> all_done_;               // (operation, rank) -> its counter
-  std::set<std::pair<int, int>> all_waits_;                   // (consumer task, counter)
+  // [rank]: producers -> counter (by rank first: a lookup copied the producers into its key).
+  std::vector<std::map<std::vector<int>, int>> set_done_;
+  std::unordered_map<int, KeptWaits> kept_waits_;  // rank -> its last kept wait_for
+  std::map<std::pair<int, int>, int> all_done_;    // (operation, rank) -> its counter
+  std::set<std::pair<int, int>> all_waits_;        // (consumer task, counter)
 };
 
 }  // namespace
