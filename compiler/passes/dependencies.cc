@@ -176,6 +176,13 @@ class Deriver {
     for (auto& [key, index] : frontier_) {
       index.finish();
       const auto [rank, buffer, scatter_op] = key;
+      // Every box of every task has its key here, so this bounds parts_'s lookups too.
+      if (rank < 0 || rank >= p_.ranks || buffer < 0 ||
+          static_cast<size_t>(buffer) >= p_.buffers.size())
+        throw InternalError(
+            fmt::format("a box of rank {} of buffer {} in a plan of {} ranks and "
+                        "{} buffers",
+                        rank, buffer, p_.ranks, p_.buffers.size()));
       parts_[part_of(rank, buffer)].push_back({scatter_op, &index});
     }
     forward_.assign(ops.size(), 0);
