@@ -358,13 +358,15 @@ class Generator final : public kinds::Source {
         std::vector<int64_t> shape = v.shape;
         shape.resize(abi::kMaxDims, 1);
         if (data) {
-          abi::View w{};
+          // Built in place: value-initialized there, its padding (after ndim) is zero. A copy of
+          // a View built aside need not copy its padding, and the table's bytes then held
+          // whatever the heap had there (rank_kernel_test compares them byte for byte).
+          abi::View& w = view_image.emplace_back();
           w.rank = v.rank;
           w.buffer = v.buffer;
           w.offset = v.offset;
           w.ndim = static_cast<int>(v.shape.size());
           for (int d = 0; d < abi::kMaxDims; ++d) w.shape[d] = shape[d];
-          view_image.push_back(w);
         } else {
           views += fmt::format("    {{{}, {}, {}, {}, {{{}}}}},\n", v.rank, v.buffer, v.offset,
                                v.shape.size(), fmt::join(shape, ", "));
@@ -463,7 +465,7 @@ class Generator final : public kinds::Source {
   template <typename T>
   void table(Generated* g, const char* type, const char* symbol, std::vector<T>* rows) {
     static_assert(std::is_trivially_copyable_v<T>);
-    rows->push_back(T{});
+    rows->emplace_back();  // value-initialized in place: padding zero too
     // One rank's tables: a power of two long (zero entries after the last), so the source is the
     // same for ranks whose plans differ a little.
     if (o_.rank >= 0) rows->resize(std::bit_ceil(rows->size()));

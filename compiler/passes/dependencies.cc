@@ -100,14 +100,18 @@ class Deriver {
     // Indexes: tasks of each operation by the ranks they announce to, and every box by
     // (rank, buffer).
     by_op_rank_.assign(ops.size(), std::vector<std::vector<int>>(p_.ranks));
-    notified_.resize(p_.tasks.size());
-    awaited_on_.resize(p_.tasks.size());
+    notified_at_.assign(1, 0);
+    awaited_first_.assign(p_.tasks.size(), -1);
+    awaited_more_.resize(p_.tasks.size());
+    set_done_.resize(static_cast<size_t>(p_.ranks));
     op_of_.resize(p_.tasks.size());
     rank_of_.resize(p_.tasks.size());
     scatters_.assign(p_.tasks.size(), 0);
     fenced_for_.assign(p_.tasks.size(), -1);
     fenced_.assign(p_.tasks.size(), 0);
     written_at_.assign(1, 0);
+    std::tuple<int, int, int> last_writes_key;
+    BoxIndex* last_writes = nullptr;
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
       op_of_[t] = task.op;
@@ -121,11 +125,20 @@ class Deriver {
       written_ranks_.erase(std::unique(written_ranks_.begin() + first, written_ranks_.end()),
                            written_ranks_.end());
       written_at_.push_back(written_ranks_.size());
+      if (task.op >= 0) add_notified(task);
+      notified_at_.push_back(notified_ranks_.size());
       if (task.op < 0) continue;
-      notified_[t] = notified(task);
-      for (int r : notified_[t]) by_op_rank_[task.op][r].push_back(static_cast<int>(t));
-      for (const Box& b : task.writes)
-        writes_[{b.rank, b.buffer, task.op}].add(p_, static_cast<int>(t), &b);
+      for (int r : notified(static_cast<int>(t)))
+        by_op_rank_[task.op][r].push_back(static_cast<int>(t));
+      for (const Box& b : task.writes) {
+        // Consecutive boxes mostly share their index: the tree is looked up when the key changes.
+        const std::tuple<int, int, int> key = {b.rank, b.buffer, task.op};
+        if (last_writes == nullptr || key != last_writes_key) {
+          last_writes_key = key;
+          last_writes = &writes_[key];
+        }
+        last_writes->add(p_, static_cast<int>(t), &b);
+      }
     }
     for (auto& [key, index] : writes_) index.finish();
     // The accesses of every task to every rank's buffers, switched on as tasks are processed: a
@@ -133,57 +146,83 @@ class Deriver {
     // access a later writer of those elements must wait for, like this rank's own. (With only
     // the own rank's, two shifts into one ring slot from the same sender were a write-after-
     // write race that compile accepted: tests/fuzz/mks_gen.h found it.)
-    own_.resize(p_.tasks.size());
+    own_at_.assign(1, 0);
+    parts_.resize(static_cast<size_t>(p_.ranks) * p_.buffers.size());
+    std::tuple<int, int, int> last_frontier_key;
+    LiveSpanIndex<Access>* last_frontier = nullptr;
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
-      if (task.op < 0) continue;
+      if (task.op < 0) {
+        own_at_.push_back(own_.size());
+        continue;
+      }
       for (const std::vector<Box>* boxes : {&task.reads, &task.writes}) {
         for (const Box& b : *boxes) {
           const auto [first, end] = flat_span(p_.buffers[b.buffer], b);
-          LiveSpanIndex<Access>& idx = frontier_[{b.rank, b.buffer, b.scatter ? task.op : -1}];
+          const std::tuple<int, int, int> key = {b.rank, b.buffer, b.scatter ? task.op : -1};
+          if (last_frontier == nullptr || key != last_frontier_key) {
+            last_frontier_key = key;
+            last_frontier = &frontier_[key];
+          }
+          LiveSpanIndex<Access>& idx = *last_frontier;
           const bool write = boxes == &task.writes;
           // Marked: a peer's write into this rank, what retire_awaited looks for.
           const Access a{static_cast<int>(t), write, &b, columns(p_.buffers[b.buffer], b)};
-          own_[t].push_back({&idx, idx.add(first, end, a, write && b.rank != task.rank)});
+          own_.push_back({&idx, idx.add(first, end, a, write && b.rank != task.rank)});
         }
       }
+      own_at_.push_back(own_.size());
     }
     for (auto& [key, index] : frontier_) {
       index.finish();
       const auto [rank, buffer, scatter_op] = key;
-      parts_[{rank, buffer}].push_back({scatter_op, &index});
+      // Every box of every task has its key here, so this bounds parts_'s lookups too.
+      if (rank < 0 || rank >= p_.ranks || buffer < 0 ||
+          static_cast<size_t>(buffer) >= p_.buffers.size())
+        throw InternalError(
+            fmt::format("a box of rank {} of buffer {} in a plan of {} ranks and "
+                        "{} buffers",
+                        rank, buffer, p_.ranks, p_.buffers.size()));
+      parts_[part_of(rank, buffer)].push_back({scatter_op, &index});
     }
     forward_.assign(ops.size(), 0);
     for (size_t a = 0; a < ops.size(); ++a) {
       for (size_t b = a + 1; b < ops.size(); ++b) forward_[a] = forward_[a] || op_reach_[a][b];
     }
     ordered_.assign(p_.tasks.size(), -1);
+    // About a counter per task at 64 ranks: grown from empty, the rehashes were 1.9% of
+    // gemm_allreduce's rank 0 of 64.
+    done_.reserve(p_.tasks.size());
     whole_.assign(ops.size(), -1);
+    // Collected with repeats, then sorted and made unique: a consumer of an all-to-all has
+    // hundreds of producers, and a tree set per consumer cost more than the pass's own work.
+    // Reused from task to task (cleared, not freed): a vector each per task was a malloc and a
+    // free each for every one of the 254,080 tasks of gemm_allreduce's rank 0 of 64.
+    std::vector<int> producers;
+    std::vector<std::pair<LiveSpanIndex<Access>*, size_t>> superseded;
+    std::vector<int> awaited_ops;
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       if (p_.tasks[t].op < 0) continue;
-      // Collected with repeats, then sorted and made unique: a consumer of an all-to-all has
-      // hundreds of producers, and a tree set per consumer cost more than the pass's own work.
-      std::vector<int> producers;
-      std::vector<std::pair<LiveSpanIndex<Access>*, size_t>> superseded;
+      producers.clear();
+      superseded.clear();
       data_edges(static_cast<int>(t), &producers);
       credits(static_cast<int>(t), &producers, &superseded);
       // Often in order already: the readers of a whole buffer's writers get them in task order.
       if (!std::is_sorted(producers.begin(), producers.end()))
         std::sort(producers.begin(), producers.end());
       producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
-      std::vector<int> awaited_ops;
       wait_for(static_cast<int>(t), producers, &awaited_ops);
       retire_awaited(static_cast<int>(t), awaited_ops, &superseded);
       fence(static_cast<int>(t));
-      for (const auto& [idx, h] : own_[t]) idx->set_alive(h, true);
+      for (size_t i = own_at_[t]; i < own_at_[t + 1]; ++i)
+        own_[i].first->set_alive(own_[i].second, true);
       for (const auto& [idx, h] : superseded) idx->set_alive(h, false);
     }
     for (size_t t = 0; t < p_.tasks.size(); ++t) {
       const Task& task = p_.tasks[t];
       if (task.op < 0) continue;
-      for (int r : notified_[t]) {
-        const std::vector<int>& by = awaited_on_[t];
-        if (r != task.rank && std::find(by.begin(), by.end(), r) == by.end())
+      for (int r : notified(static_cast<int>(t))) {
+        if (r != task.rank && !is_awaited(static_cast<int>(t), r))
           edge(static_cast<int>(t), ends_.at(r));
       }
     }
@@ -196,12 +235,25 @@ class Deriver {
   // `after`s (c after b, b after a) then orders c after a on each rank, as the checker's
   // "directly or through others" takes it. (Without it, `c = copy(Y -> ...) after b` with `b =
   // shift(...) after a` and `a` writing Y raced on Y: tests/fuzz/mks_gen.h found it.)
-  static std::vector<int> notified(const Task& t) {
-    std::set<int> out = {t.rank};
-    for (const Box& b : t.writes) out.insert(b.rank);
+  void add_notified(const Task& t) {
+    std::vector<int>& out = notified_ranks_;
+    const auto first = static_cast<std::ptrdiff_t>(out.size());
+    out.push_back(t.rank);
+    for (const Box& b : t.writes) out.push_back(b.rank);
     if (t.kind == TaskKind::kSignalOnly)
-      out.insert(static_cast<int>(args_as<abi::SignalArgs>(t).peer));
-    return {out.begin(), out.end()};
+      out.push_back(static_cast<int>(args_as<abi::SignalArgs>(t).peer));
+    std::sort(out.begin() + first, out.end());
+    out.erase(std::unique(out.begin() + first, out.end()), out.end());
+  }
+  // A task's notified ranks (add_notified), ascending; none for a launch fence or end.
+  struct Ranks {
+    const int* b;
+    const int* e;
+    const int* begin() const { return b; }
+    const int* end() const { return e; }
+  };
+  Ranks notified(int t) const {
+    return {notified_ranks_.data() + notified_at_[t], notified_ranks_.data() + notified_at_[t + 1]};
   }
 
   // Whether `consumer` already waits for `producer`: by an edge of its own, or through the counter
@@ -214,7 +266,7 @@ class Deriver {
     if (ordered_[producer] == consumer) return true;
     const int op = op_of_[producer];
     if (op < 0 || whole_[op] != consumer) return false;
-    const std::vector<int>& to = notified_[producer];
+    const Ranks to = notified(producer);
     return std::binary_search(to.begin(), to.end(), rank_of_[consumer]);
   }
 
@@ -254,8 +306,19 @@ class Deriver {
 
   // A task of `rank` waits for task `producer`.
   void awaited(int producer, int rank) {
-    std::vector<int>& by = awaited_on_[producer];
+    int& first = awaited_first_[producer];
+    if (first == rank) return;
+    if (first < 0) {
+      first = rank;
+      return;
+    }
+    std::vector<int>& by = awaited_more_[producer];
     if (std::find(by.begin(), by.end(), rank) == by.end()) by.push_back(rank);
+  }
+  bool is_awaited(int producer, int rank) const {
+    if (awaited_first_[producer] == rank) return true;
+    const std::vector<int>& by = awaited_more_[producer];
+    return std::find(by.begin(), by.end(), rank) != by.end();
   }
 
   // Makes `consumer` wait for `producer` alone (once): the producer's own counter on the
@@ -305,9 +368,12 @@ class Deriver {
       }
     }
     const size_t first_wait = p_.tasks[consumer].waits.size();
-    std::map<std::pair<int, int>, std::vector<int>> groups;  // (op, rank or -1) -> producers
+    // The producers by group, (op, rank or -1), in runs as they come (producers come in runs of
+    // one group); then the groups in key order, each group's producers in the order they came:
+    // what a map from key to producers gave, without its nodes and vectors for every consumer.
+    size_t nruns = 0;
     std::pair<int, int> last_key;
-    std::vector<int>* last = nullptr;  // groups[last_key]: producers come in runs of one group
+    std::vector<int>* last = nullptr;  // runs_[nruns - 1].second
     for (int p : producers) {
       if (p == consumer || ordered(p, consumer)) continue;
       if (fenced_for_[p] != rank) {
@@ -318,18 +384,42 @@ class Deriver {
       const std::pair<int, int> key = {op_of_[p], fenced ? -1 : rank_of_[p]};
       if (last == nullptr || key != last_key) {
         last_key = key;
-        last = &groups[key];
+        if (nruns == runs_.size()) runs_.emplace_back();
+        runs_[nruns].first = key;
+        runs_[nruns].second.clear();
+        last = &runs_[nruns].second;
+        ++nruns;
       }
       last->push_back(p);
     }
-    for (auto& [key, set] : groups) {
+    run_order_.resize(nruns);
+    for (size_t i = 0; i < nruns; ++i) run_order_[i] = i;
+    const auto by_key = [&](size_t a, size_t b) { return runs_[a].first < runs_[b].first; };
+    if (!std::is_sorted(run_order_.begin(), run_order_.end(), by_key))
+      std::stable_sort(run_order_.begin(), run_order_.end(), by_key);
+    for (size_t i = 0; i < nruns;) {
+      const std::pair<int, int> key = runs_[run_order_[i]].first;
+      size_t j = i + 1;
+      while (j < nruns && runs_[run_order_[j]].first == key) ++j;
+      const std::vector<int>* group = &runs_[run_order_[i]].second;
+      if (j - i > 1) {
+        merged_.clear();
+        for (size_t k = i; k < j; ++k) {
+          const std::vector<int>& run = runs_[run_order_[k]].second;
+          merged_.insert(merged_.end(), run.begin(), run.end());
+        }
+        group = &merged_;
+      }
+      i = j;
+      const std::vector<int>& set = *group;
       const int op = key.first;
       if (set.size() == 1 || op < 0) {
         for (int p : set) edge(p, consumer);
         continue;
       }
-      auto it = set_done_.find({rank, set});
-      if (it == set_done_.end()) {
+      std::map<std::vector<int>, int>& done = set_done_[static_cast<size_t>(rank)];
+      auto it = done.find(set);
+      if (it == done.end()) {
         const Task& first = p_.tasks[set.front()];
         const int ev = p_.add_event(
             rank, fmt::format("{}+{}@r{}.done", first.label, set.size() - 1, first.rank));
@@ -337,7 +427,7 @@ class Deriver {
           p_.tasks[p].signals.push_back(Signal{ev, handoff(p, rank)});
           awaited(p, rank);
         }
-        it = set_done_.emplace(std::make_pair(rank, set), ev).first;
+        it = done.emplace(set, ev).first;
       }
       for (int p : set) ordered_[p] = consumer;
       p_.tasks[consumer].waits.push_back(Wait{it->second, static_cast<int64_t>(set.size()), 0});
@@ -559,11 +649,11 @@ class Deriver {
                std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>* superseded) {
     const Task& writer = p_.tasks[w];
     for (const Box& wb : writer.writes) {
-      auto it = parts_.find({wb.rank, wb.buffer});
-      if (it == parts_.end()) continue;
+      const auto& parts = parts_[part_of(wb.rank, wb.buffer)];
+      if (parts.empty()) continue;
       const auto [first, end] = flat_span(p_.buffers[wb.buffer], wb);
       const Columns wc = columns(p_.buffers[wb.buffer], wb);
-      for (const auto& [scatter_op, index] : it->second) {
+      for (const auto& [scatter_op, index] : parts) {
         // Scatter writes of one operation fill disjoint elements by construction (plan.h): the
         // writer's own operation's part is skipped whole.
         if (wb.scatter && scatter_op == writer.op) continue;
@@ -618,10 +708,10 @@ class Deriver {
     };
     for (const std::vector<Box>* boxes : {&task.reads, &task.writes}) {
       for (const Box& mine : *boxes) {
-        auto it = parts_.find({mine.rank, mine.buffer});
-        if (it == parts_.end()) continue;
+        const auto& parts = parts_[part_of(mine.rank, mine.buffer)];
+        if (parts.empty()) continue;
         const auto [first, end] = flat_span(p_.buffers[mine.buffer], mine);
-        for (const auto& [scatter_op, index] : it->second) {
+        for (const auto& [scatter_op, index] : parts) {
           if (!may_be_awaited(scatter_op)) continue;
           LiveSpanIndex<Access>* idx = index;  // not a structured binding: captured below
           // Only a peer's write inside `mine` can be covered: one over a whole buffer (an
@@ -703,14 +793,20 @@ class Deriver {
   // 3. Launch fences: a write into (or a signal to) another rank waits for that rank's fence.
   void fence(int t) {
     const Task& task = p_.tasks[t];
-    std::set<int> peers;
+    // Ascending and once each, as a set gave them; most tasks write only their own rank, and a
+    // tree set per task was a malloc for each.
+    std::vector<int>& peers = fence_peers_;
+    peers.clear();
     for (const Box& b : task.writes) {
-      if (b.rank != task.rank) peers.insert(b.rank);
+      if (b.rank != task.rank) peers.push_back(b.rank);
     }
     if (task.kind == TaskKind::kSignalOnly) {
       const int peer = static_cast<int>(args_as<abi::SignalArgs>(task).peer);
-      if (peer != task.rank) peers.insert(peer);
+      if (peer != task.rank) peers.push_back(peer);
     }
+    if (peers.empty()) return;
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
     for (int d : peers) edge(fences_.at(d), t);
   }
 
@@ -723,8 +819,15 @@ class Deriver {
   // of their own, which their operation's other scatter writes never need to visit.
   std::map<std::tuple<int, int, int>, LiveSpanIndex<Access>> frontier_;
   // (rank, buffer) -> its parts of the frontier: (operation of the scatter writes or -1, index).
-  std::map<std::pair<int, int>, std::vector<std::pair<int, LiveSpanIndex<Access>*>>> parts_;
-  std::vector<std::vector<std::pair<LiveSpanIndex<Access>*, size_t>>> own_;  // task -> its entries
+  // Indexed by part_of(rank, buffer): looked up for every box of every task.
+  std::vector<std::vector<std::pair<int, LiveSpanIndex<Access>*>>> parts_;
+  size_t part_of(int rank, int buffer) const {
+    return static_cast<size_t>(rank) * p_.buffers.size() + static_cast<size_t>(buffer);
+  }
+  // Task t's entries on the frontier: own_[own_at_[t] .. own_at_[t + 1]) (flat: a vector per
+  // task was an allocation and a free for each).
+  std::vector<std::pair<LiveSpanIndex<Access>*, size_t>> own_;
+  std::vector<size_t> own_at_;
   std::vector<char> forward_;  // operation -> waits (transitively) for a later one
   // Frontier accesses partly overwritten by the writes of one operation on one rank, each of
   // which waited for them (covered_by).
@@ -734,13 +837,23 @@ class Deriver {
     std::vector<Box> parts;
   };
   std::map<std::pair<const void*, size_t>, Coverage> coverage_;
+  std::vector<int> fence_peers_;  // fence's scratch
+  // wait_for's scratch: runs of producers of one group, their order by group, and a group's
+  // producers gathered from several runs.
+  std::vector<std::pair<std::pair<int, int>, std::vector<int>>> runs_;
+  std::vector<size_t> run_order_;
+  std::vector<int> merged_;
   std::map<int, int> fences_;
   std::map<int, int> ends_;
   // Producer task -> the ranks of tasks waiting for it (a few; a set of pairs cost a tree node
   // per signal).
-  std::vector<std::vector<int>> awaited_on_;
+  // The first such rank inline (most producers have one), the others beside it.
+  std::vector<int> awaited_first_;
+  std::vector<std::vector<int>> awaited_more_;
   std::vector<std::vector<char>> op_reach_;
-  std::vector<std::vector<int>> notified_;  // task -> notified(task)
+  // notified(t), flat: notified_ranks_[notified_at_[t] .. notified_at_[t + 1]).
+  std::vector<size_t> notified_at_;
+  std::vector<int> notified_ranks_;
   // Per task, apart from the tasks themselves: a consumer's producers (8,192 for a combine's
   // reducer at 64 ranks) are each looked at, and a Task's fields lie a cache miss apart.
   std::vector<int> op_of_, rank_of_;
@@ -760,10 +873,11 @@ class Deriver {
   // (producer << 32 | rank) -> its counter; hashed: every edge looks it up, and as a tree (with
   // all_done_, of the same type then) it was 4.6% of gemm_allreduce's rank 0 of 64.
   std::unordered_map<uint64_t, int> done_;
-  std::map<std::pair<int, std::vector<int>>, int> set_done_;  // (rank, producers) -> counter
-  std::unordered_map<int, KeptWaits> kept_waits_;             // rank -> its last kept wait_for
-  std::map<std::pair<int, int>, int> all_done_;               // (operation, rank) -> its counter
-  std::set<std::pair<int, int>> all_waits_;                   // (consumer task, counter)
+  // [rank]: producers -> counter (by rank first: a lookup copied the producers into its key).
+  std::vector<std::map<std::vector<int>, int>> set_done_;
+  std::unordered_map<int, KeptWaits> kept_waits_;  // rank -> its last kept wait_for
+  std::map<std::pair<int, int>, int> all_done_;    // (operation, rank) -> its counter
+  std::set<std::pair<int, int>> all_waits_;        // (consumer task, counter)
 };
 
 }  // namespace

@@ -283,13 +283,16 @@ void Lowerer::lower_gemm(int i) {
         g.tile = b * nb + bj;
         g.cluster = cluster > 1 ? 1 : 0;
         t.views = {a, bv, c};
-        t.reads = {box(a, {g.m0, g.k0}, {g.m1, g.k1}), box(bv, {g.k0, g.n0}, {g.k1, g.n1})};
+        // Pushed, not assigned from a list (which copied each box).
+        t.reads.reserve(3);
+        t.reads.push_back(box(a, {g.m0, g.k0}, {g.m1, g.k1}));
+        t.reads.push_back(box(bv, {g.k0, g.n0}, {g.k1, g.n1}));
         if (g.has_bias) {
           const View bb = whole(bias->second, r);
           t.views.push_back(bb);
           t.reads.push_back(box(bb, {g.n0}, {g.n1}));
         }
-        t.writes = {box(c, {g.m0, g.n0}, {g.m1, g.n1})};
+        t.writes.push_back(box(c, {g.m0, g.n0}, {g.m1, g.n1}));
         if (parts > 1) {
           // Whichever part ends last writes C's tile (scatter: the parts do not order among
           // themselves); each writes its own slice of the partials.

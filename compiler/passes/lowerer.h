@@ -87,7 +87,7 @@ class Lowerer {
   void lower_attention(int i);
 
   // lower_collectives.cc
-  Task send(int i, int64_t r, const View& src, const View& dst, const std::vector<int64_t>& lo,
+  Task send(int i, int64_t r, View src, View dst, const std::vector<int64_t>& lo,
             const std::vector<int64_t>& hi, const std::string& label) const;
   std::string choose(const compiler::OpInstance& op, int64_t bytes);
   void lower_reduction(int i);
