@@ -323,6 +323,8 @@ __device__ __forceinline__ bool attention_consumer(
     int w, int t, AttnTurns& turns) {
   using S = AttnShape<D, BN, BQ>;
   constexpr int kN = S::kBN;
+  // The turns this tile takes, whatever this warpgroup's rows see (the others count on them).
+  const int turns_end = turns.handed + (nblocks > 0 ? nblocks + 1 : 0);
   const long long Sq = v[0].shape[1], Sk = v[1].shape[1];
   const int warp = t / 32, lane = t % 32;
   const int row0 = static_cast<int>(at.q0) + 64 * w;
@@ -483,6 +485,14 @@ __device__ __forceinline__ bool attention_consumer(
       turns.begin();
       turns.end();
     }
+  }
+  // A warpgroup whose rows see no key took a turn per block: one more without MMAs, as every
+  // warpgroup takes nblocks + 1 (a review of 2026-12-07: without it, causal tiles whose first
+  // warpgroup's rows see no key hung at the next one's last turn, and a ragged last tile left
+  // an arrival on a turn barrier for the CTA's next chain).
+  while (ok && turns.handed < turns_end) {
+    turns.begin();
+    turns.end();
   }
   // After a failed wait the chain gives up the turns not taken (attention_chain_tma).
   if (!ok || task_state().failed) return false;
@@ -751,6 +761,10 @@ __device__ void attention_chain_tma(const KernelArgs& a, const abi::TaskRecord* 
         ok = attention_consumer<T, TO, D, BN, BQ>(
             a, v, at, nb, q_slots + (u & 1) * S::kQBytes, ring, q_full + (u & 1), (u >> 1) & 1,
             q_free + (u & 1), full_k, full_v, empty_k, empty_v, nblocks, c, w, t, turns);
+        // One decision for the warpgroup (its threads may have seen a failure at different
+        // times; a part of it going on to the next tile's wgmmas would hang).
+        ok = __shfl_sync(0xffffffffu,
+                         named_bar_all(kBarGroup + w, 128, ok && !task_state().failed) ? 1 : 0, 0);
         if (ok && i + 1 < tiles && w == 0 && t == 0 && a.trace != nullptr)
           a.trace[2 * list[i] + 1] = globaltimer();
       }

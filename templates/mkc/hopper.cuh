@@ -418,6 +418,18 @@ __device__ __forceinline__ void named_bar_sync(int id, int threads) {
 __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// A named barrier that also answers whether `pred` held in every thread that met there: one
+// decision for a warpgroup whose threads may each have seen a failure at another time.
+__device__ __forceinline__ bool named_bar_all(int id, int threads, bool pred) {
+  unsigned all;
+  asm volatile(
+      "{\n .reg .pred q, r;\n setp.ne.u32 q, %1, 0;\n bar.red.and.pred r, %2, %3, q;\n"
+      " selp.u32 %0, 1, 0, r;\n}"
+      : "=r"(all)
+      : "r"(pred ? 1u : 0u), "r"(id), "r"(threads)
+      : "memory");
+  return all != 0;
+}
 
 #endif  // MKC_HAS_WGMMA
 
