@@ -303,6 +303,8 @@ class Generator final : public kinds::Source {
       line("}\n");
     }
     if (chain_classes_.empty()) return;
+    // The longest chain (an NVRTC -D, for experiments: 1 runs every task alone, as before chains).
+    line("#ifndef MKC_CHAIN_MAX\n#define MKC_CHAIN_MAX 0x7fffffff\n#endif");
     line("__device__ __forceinline__ bool class_chains(int cls) {");
     line(fmt::format("  return {};", fmt::join(chain_tests(), " || ")));
     line("}\n");
@@ -504,7 +506,7 @@ class Generator final : public kinds::Source {
       // nothing, after tasks that signal nothing, in one call; the loop signals for the last.
       line("    int n = 1;");
       line("    if (class_chains(rec.cls)) {");
-      line("      while (i + n < last) {");
+      line("      while (n < MKC_CHAIN_MAX && i + n < last) {");
       line("        const mkc::TaskRecord& r = kTasks[kCtaList[i + n]];");
       line(
           "        if (r.cls != rec.cls || r.nwaits != 0 || kTasks[kCtaList[i + n - 1]].nsigs != "
