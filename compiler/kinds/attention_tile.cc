@@ -1,6 +1,7 @@
-// attention_tile: queries [q0, q1) of slice l against every key, with an online softmax whose
-// state (f32 compiler scratch) carries over the instances of one merge group. Views {Q, K, V, O[,
-// acc, max, sum]} as [L, S, D] (abi.h, AttentionTileArgs). Device code: the TMA + wgmma tile
+// attention_tile: queries [q0, q1) of slice l against every key (with packed sequences, those of
+// each query's own), with an online softmax whose state (f32 compiler scratch) carries over the
+// instances of one merge group. Views {Q, K, V, O[, acc, max, sum]} as [L, S, D][, the
+// sequences' cumulative lengths] (abi.h, AttentionTileArgs). Device code: the TMA + wgmma tile
 // (templates/mkc/attention_sm90.cuh) for bf16/f16 at head dims 64 and 128, else SIMT
 // (templates/mkc/attention_simt.cuh).
 #include <fmt/format.h>
@@ -33,6 +34,7 @@ class AttentionTile final : public Kind {
     out.push_back(Touch{0, {a.l, a.q0}, {a.l + 1, a.q1}, false});
     out.push_back(Touch{1, {a.l}, {a.l + 1}, false});
     out.push_back(Touch{2, {a.l}, {a.l + 1}, false});
+    if (a.seqlens) out.push_back(Touch{static_cast<int>(a.seqlens), {}, {}, false});
     if (a.last) out.push_back(Touch{3, {a.l, a.q0}, {a.l + 1, a.q1}, true});
     if (a.accumulate) {
       for (int v = 4; v < 7; ++v) {
@@ -54,6 +56,24 @@ class AttentionTile final : public Kind {
     // A tile that sees no key and neither opens nor closes its merge returns at once, as on the
     // device.
     if (acc_on && !first && !last && causal && at.q1 + at.causal_offset <= 0) return;
+    // Packed sequences: the keys of query qi's own, [lo, hi) (the checker leaves no offset).
+    const auto keys_of = [&](int64_t qi) -> std::pair<int64_t, int64_t> {
+      if (!at.seqlens) return {0, Sk};
+      const View& lv = t.views[at.seqlens];
+      const std::vector<double>& cu = buf(lv);
+      // A row in no sequence (past L[n]: padding) sees no key and gets zeros.
+      int64_t lo = 0, hi = 0;
+      for (int64_t d = 0; d + 1 < lv.shape[0]; ++d) {
+        const auto b = static_cast<int64_t>(cu[flat(lv, d)]),
+                   e = static_cast<int64_t>(cu[flat(lv, d + 1)]);
+        if (b <= qi && qi < e) {
+          lo = b;
+          hi = e;
+          break;
+        }
+      }
+      return {lo, hi};
+    };
     for (int64_t qi = at.q0; qi < at.q1; ++qi) {
       double m = -std::numeric_limits<double>::infinity(), sum = 0;
       std::vector<double> acc(Dv, 0);
@@ -62,7 +82,8 @@ class AttentionTile final : public Kind {
         sum = buf(t.views[6])[flat(t.views[6], l, qi, 0)];
         for (int64_t d = 0; d < Dv; ++d) acc[d] = buf(t.views[4])[flat(t.views[4], l, qi, d)];
       }
-      for (int64_t j = 0; j < Sk; ++j) {
+      const auto [lo, hi] = keys_of(qi);
+      for (int64_t j = lo; j < hi; ++j) {
         if (causal && j > qi + at.causal_offset) continue;
         double s = 0;
         const int64_t qo = flat(q, l, qi, 0), ko = flat(k, l, j, 0);
@@ -111,17 +132,19 @@ class AttentionTile final : public Kind {
   }
 
   std::string key_variant(const Source& s, const Task& t) const override {
+    const char* packed = varlen(t) ? "_varlen" : "";
     if (const int d = tma_d(s, t))
-      return fmt::format(":tma_d{}_k{}_q{}", d, key_block(t, d), query_block(t, d));
-    return "";
+      return fmt::format(":tma_d{}_k{}_q{}{}", d, key_block(t, d), query_block(t, d), packed);
+    return packed;
   }
 
   std::string path(const Source& s, const Task& t) const override {
     if (const int d = tma_d(s, t))
       return fmt::format(
           "{}: sm_90a wgmma + TMA, head dim {}, tiles of {} queries in {} consumer warpgroups, "
-          "blocks of {} keys (SIMT without sm_90a)",
-          name(), d, query_block(t, d), query_block(t, d) / 64, key_block(t, d));
+          "blocks of {} keys{} (SIMT without sm_90a)",
+          name(), d, query_block(t, d), query_block(t, d) / 64, key_block(t, d),
+          varlen(t) ? ", packed sequences" : "");
     return std::string(name()) + ": SIMT (needs bf16/f16 Q, K, V with head dims 64 or 128)";
   }
 
@@ -147,9 +170,10 @@ class AttentionTile final : public Kind {
     const int d = tma_d(s, t);
     s.line("  extern __shared__ unsigned char mkc_smem[];");
     s.line(fmt::format(
-        "  mkc::sm90::attention_chain_tma<{}, {}, {}, {}, {}>(a, tasks, views, args, list, n, "
+        "  mkc::sm90::attention_chain_tma<{}, {}, {}, {}, {}{}>(a, tasks, views, args, list, n, "
         "kBuffers, mkc_smem, next_args, next_v);",
-        s.type_of(t, 0), s.type_of(t, 3), d, key_block(t, d), query_block(t, d)));
+        s.type_of(t, 0), s.type_of(t, 3), d, key_block(t, d), query_block(t, d),
+        varlen(t) ? ", true" : ""));
   }
 
   void emit(Source& s, const Task& t) const override {
@@ -161,9 +185,10 @@ class AttentionTile final : public Kind {
       s.line("  const mkc::TaskRecord one{};");
       s.line("  const int only = 0;");
       s.line(fmt::format(
-          "  mkc::sm90::attention_chain_tma<{}, {}, {}, {}, {}>(a, &one, v, args, &only, 1, "
+          "  mkc::sm90::attention_chain_tma<{}, {}, {}, {}, {}{}>(a, &one, v, args, &only, 1, "
           "kBuffers, mkc_smem, next_args, next_v);",
-          s.type_of(t, 0), s.type_of(t, 3), d, key_block(t, d), query_block(t, d)));
+          s.type_of(t, 0), s.type_of(t, 3), d, key_block(t, d), query_block(t, d),
+          varlen(t) ? ", true" : ""));
     } else {
       s.line(fmt::format("  mkc::attention_tile<{}, {}>(a, v, args, kBuffers);", s.type_of(t, 0),
                          s.type_of(t, 3)));
@@ -184,6 +209,12 @@ class AttentionTile final : public Kind {
   }
 
  private:
+  // Packed sequences (`seqlens`): a template argument of the tiles, so that the others' code is
+  // what it was.
+  static bool varlen(const Task& t) {
+    return plan::args_as<abi::AttentionTileArgs>(t).seqlens != 0;
+  }
+
   // Keys per block of the tensor-core tile at head dim d (AttnShape in attention_sm90.cuh): 192
   // at head dim 64 when the schedule asks for it (tile(128, 192)), else 128. At head dim 64 a
   // block's fixed costs (its barriers, the row maxima's shuffles, the turn between the consumer

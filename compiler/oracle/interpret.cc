@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -291,11 +292,17 @@ void route_token(uint64_t key, int64_t experts, int64_t k, Routing routing, doub
 InputFn random_inputs(const Plan& plan, uint64_t seed, Routing routing) {
   // Routing tables of alltoall operations: which buffers, and how many experts.
   std::map<int, int64_t> routes;
+  // Packed sequences' cumulative lengths (attention's `seqlens`), by buffer: the rows packed.
+  std::map<int, int64_t> packed;
   for (const compiler::OpInstance& op : plan.source->ops) {
     if (op.kind == compiler::OpKind::kAllToAll)
       routes[op.tensor_args.at("route")] = op.ints.at("experts");
+    if (const auto it = op.tensor_args.find("seqlens"); it != op.tensor_args.end()) {
+      const std::vector<int64_t>& q = op.inputs[0].shape;
+      packed[it->second] = q[q.size() - 2];
+    }
   }
-  return [&plan, seed, routes, routing](int rank, int launch, RankData& data) {
+  return [&plan, seed, routes, packed, routing](int rank, int launch, RankData& data) {
     for (size_t b = 0; b < plan.buffers.size(); ++b) {
       if (plan.buffers[b].origin != "input") continue;
       const uint64_t key = mix64(seed * 1000003u + static_cast<uint64_t>(launch) * 7919u +
@@ -312,6 +319,18 @@ InputFn random_inputs(const Plan& plan, uint64_t seed, Routing routing) {
             route_token(mix64(key + static_cast<uint64_t>(t) * 0x632be59bd9b4e019ull), it->second,
                         k, routing, v.data() + t * k);
         });
+        continue;
+      }
+      if (auto p = packed.find(plan.buffers[b].tensor); p != packed.end()) {
+        // n sequences from 0 to S, cut at n - 1 random places (some empty, some long).
+        const int64_t S = p->second, n = static_cast<int64_t>(v.size()) - 1;
+        for (int64_t d = 1; d < n; ++d) {
+          const uint64_t h = mix64(key + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(d));
+          v[d] = static_cast<double>(h % static_cast<uint64_t>(S + 1));
+        }
+        v[0] = 0;
+        v[n] = static_cast<double>(S);
+        std::sort(v.begin(), v.end());
         continue;
       }
       // Floats uniform in [-1, 1), other integers in [0, 8).

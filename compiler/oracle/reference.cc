@@ -246,6 +246,17 @@ class Evaluator {
       if (!acc || first) seen.clear();
       if (seen.empty()) seen.resize(L);
       const int64_t offset = causal ? compiler::causal_offset(op, r, s_, Sq, Sk) : 0;
+      // Packed sequences (`seqlens`, never merged): position p's sequence, -1 past the last.
+      std::vector<int64_t> seq_of(static_cast<size_t>(std::max(Sq, Sk)), 0);
+      if (const auto it = op.tensor_args.find("seqlens"); it != op.tensor_args.end()) {
+        Ref cu = whole(it->second, r);
+        std::fill(seq_of.begin(), seq_of.end(), -1);
+        for (int64_t d = 0; d + 1 < cu.size(); ++d) {
+          for (auto p = static_cast<int64_t>(cu[d]); p < static_cast<int64_t>(cu[d + 1]); ++p) {
+            if (p >= 0 && p < static_cast<int64_t>(seq_of.size())) seq_of[p] = d;
+          }
+        }
+      }
       for (int64_t l = 0; l < L; ++l) {
         for (int64_t j = 0; j < Sk; ++j) {
           SeenKey key;
@@ -254,6 +265,7 @@ class Evaluator {
           for (int64_t d = 0; d < D; ++d) key.k[d] = k[(l * Sk + j) * D + d];
           for (int64_t d = 0; d < Dv; ++d) key.v[d] = v[(l * Sk + j) * Dv + d];
           key.first_query = causal ? j - offset : std::numeric_limits<int64_t>::min();
+          key.seq = seq_of[j];
           seen[l].push_back(std::move(key));
         }
       }
@@ -263,7 +275,7 @@ class Evaluator {
           std::vector<double> s;
           double mx = -std::numeric_limits<double>::infinity();
           for (size_t j = 0; j < seen[l].size(); ++j) {
-            if (qi < seen[l][j].first_query) {
+            if (qi < seen[l][j].first_query || seen[l][j].seq != seq_of[qi] || seq_of[qi] < 0) {
               s.push_back(-std::numeric_limits<double>::infinity());
               continue;
             }
@@ -353,6 +365,7 @@ class Evaluator {
   struct SeenKey {
     std::vector<double> k, v;
     int64_t first_query;
+    int64_t seq;  // its packed sequence (`seqlens`), else 0
   };
   // By output slice (tensor, index) and rank.
   std::map<std::tuple<int, std::vector<int64_t>, int64_t>, std::vector<std::vector<SeenKey>>> seen_;

@@ -487,12 +487,12 @@ int64_t attention_default_rows(const compiler::CheckedSchedule& s, const OpInsta
   return head_dim_64(op) && alone ? 192 : 128;
 }
 
-// attention_tile (abi::AttentionTileArgs): views {Q, K, V, O[, acc, m, l]}, each flattened for the
-// device to [L, S, D] (L the product of the leading dims). With accumulate, acc/m/l (f32,
+// attention_tile (abi::AttentionTileArgs): views {Q, K, V, O[, acc, m, l][, L]}, each flattened for
+// the device to [L, S, D] (L the product of the leading dims). With accumulate, acc/m/l (f32,
 // compiler scratch per declaration, [L, Sq, Dv] / [L, Sq, 1] / [L, Sq, 1]) carry the online softmax
 // over the instances of a loop. The boxes stay in the tensors' own dimensions: slice l of the
 // leading dims is one index per dimension (unravelled), so they meet the boxes the K,V shift
-// writes.
+// writes. With `seqlens`, L (i32 [n + 1], whole) is the last view and args.seqlens its index.
 void Lowerer::lower_attention(int i) {
   const OpInstance& op = s_.ops[i];
   const TensorUse& q = op.inputs[0];
@@ -556,6 +556,10 @@ void Lowerer::lower_attention(int i) {
     state = it->second;
   }
   const int64_t causal = op.ints.count("causal") ? op.ints.at("causal") : 0;
+  // Packed sequences: their cumulative lengths, a view after the others (the checker keeps
+  // `seqlens` from merged attentions, which have the state's three).
+  const auto seqlens_arg = op.tensor_args.find("seqlens");
+  const int seqlens = seqlens_arg != op.tensor_args.end() ? seqlens_arg->second : -1;
   // The merge group's instances in program order, when they cut O into the same query tiles:
   // per tile, the first instance that sees a key of it sets the state up and the last writes O,
   // so the instances of fully masked blocks around them (causal ring attention) return at once
@@ -648,7 +652,8 @@ void Lowerer::lower_attention(int i) {
         const auto [tile_first, tile_last, before] = ends[q0 / bq];
         set_args(t, abi::AttentionTileArgs{l, q0, q1, causal, offset, acc ? 1 : 0,
                                            tile_first ? 1 : 0, tile_last ? 1 : 0, scale_bits,
-                                           abi::kNoMap, abi::kNoMap, abi::kNoMap, key_block, bq});
+                                           abi::kNoMap, abi::kNoMap, abi::kNoMap, key_block, bq,
+                                           seqlens >= 0 ? (acc ? 7 : 4) : 0});
         t.reads = {rows(qv, at, q0, q1), rows(kv, at, 0, kv.shape[n - 2]),
                    rows(vv, at, 0, vv.shape[n - 2])};
         if (acc) {
@@ -658,6 +663,11 @@ void Lowerer::lower_attention(int i) {
             if (!tile_first && !before) t.reads.push_back(b);
             t.writes.push_back(b);
           }
+        }
+        if (seqlens >= 0) {
+          const View lv = whole(seqlens, r);
+          t.views.push_back(lv);
+          t.reads.push_back(whole_box(lv));
         }
         // The group's last instance is said to write O too, whichever instance does: what waits
         // for it (`after att[R - 1].tile`) waits for the tile's real last through the chain.

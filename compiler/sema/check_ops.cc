@@ -39,7 +39,7 @@ struct OpRule {
   OpKind kind;
   size_t min_in, max_in, min_out, max_out;
   bool (Checker::*check)(OpCheck&);
-  std::array<const char*, 5> keys;  // unused slots are null
+  std::array<const char*, 6> keys;  // unused slots are null
   const char* usage;
 };
 
@@ -56,9 +56,9 @@ constexpr OpRule kOpRules[] = {
   {OpKind::kReduce, 1, 1, 1, 1, &Checker::check_reduce, {"op", "axis"},
    "reduce(X -> Y, op = sum, axis = k)"},
   {OpKind::kAttention, 3, 3, 1, 1, &Checker::check_attention,
-   {"causal", "accumulate", "scale", "q_start", "k_start"},
+   {"causal", "accumulate", "scale", "q_start", "k_start", "seqlens"},
    "attention(Q, K, V -> O[, causal = 0|1][, accumulate = 0|1][, scale = s][, q_start = e, "
-   "k_start = e])"},
+   "k_start = e][, seqlens = L])"},
   {OpKind::kCopy, 1, 1, 1, 1, &Checker::check_copy, {},
    "copy(X -> Y)"},
   {OpKind::kAllReduce, 2, 2, 0, 1, &Checker::check_allreduce, {},
@@ -322,6 +322,52 @@ bool Checker::check_grouped_gemm(OpCheck& check) {
   return true;
 }
 
+// `seqlens = L`: Q, K and V hold n packed sequences along their sequence dimension (the same in
+// every slice of the leading dims), L their i32 cumulative lengths [n + 1]. Self-attention only
+// (Q's and K's sequence dimensions the same), and neither merged over a loop nor placed in a
+// longer sequence (the sequences' own starts say where each row is).
+bool Checker::check_seqlens(OpCheck& check) {
+  const dsl::OpDecl& op = check.op;
+  OpInstance* inst = check.inst;
+  const dsl::NamedArg* a = named(op, "seqlens");
+  const int seqlens = named_tensor(check, "seqlens", true);
+  if (seqlens < 0) return false;
+  TensorUse u;
+  tensor_operand(a->value, check.env, &u, false, "seqlens");
+  if (!want_dtype(
+          u, [](DType t) { return t == DType::kI32; }, "sequence lengths are i32"))
+    return false;
+  const TensorUse& q = inst->inputs[0];
+  const TensorUse& k = inst->inputs[1];
+  const size_t n = q.shape.size();
+  if (u.shape.size() != 1 || u.shape[0] < 2) {
+    error(DiagKind::kShapeMismatch, u.span,
+          fmt::format("`seqlens` holds the packed sequences' cumulative lengths, [n + 1] with n >= "
+                      "1, not {}",
+                      shape_str(u.shape)))
+        .set_hint("e.g. `input L : i32[N + 1]`, L[0] = 0, L[N] = S, non-decreasing");
+    return false;
+  }
+  if (k.shape[n - 2] != q.shape[n - 2]) {
+    error(DiagKind::kShapeMismatch, a->key_span,
+          fmt::format("`seqlens` packs sequences into Q and K alike, but Q has {} rows and K {}",
+                      q.shape[n - 2], k.shape[n - 2]))
+        .set_hint("packed (varlen) attention is self-attention: one S for Q, K and V");
+    return false;
+  }
+  for (const char* key : {"accumulate", "q_start", "k_start"}) {
+    const dsl::NamedArg* other = named(op, key);
+    if (other == nullptr || (std::string(key) == "accumulate" && inst->ints[key] == 0)) continue;
+    error(DiagKind::kBadArgument, other->key_span,
+          fmt::format("`{}` does not go with `seqlens`: each packed sequence is attended to "
+                      "whole, from its own first row",
+                      key))
+        .set_hint("drop one of them");
+    return false;
+  }
+  return true;
+}
+
 bool Checker::check_map(OpCheck& check) {
   const dsl::OpDecl& op = check.op;
   OpInstance* inst = check.inst;
@@ -455,6 +501,7 @@ bool Checker::check_attention(OpCheck& check) {
     bind_loop_vars(&e, env);
     inst->per_rank[key] = e;
   }
+  if (named(op, "seqlens") != nullptr && !check_seqlens(check)) return false;
   // The softmax scale: given, or 1 / sqrt(head_dim).
   inst->floats["scale"] = 1.0 / std::sqrt(static_cast<double>(q.shape.back()));
   if (const dsl::NamedArg* s = named(op, "scale")) {

@@ -102,6 +102,7 @@ class Checker {
   bool check_map(OpCheck& c);
   bool check_reduce(OpCheck& c);
   bool check_attention(OpCheck& c);
+  bool check_seqlens(OpCheck& c);
   bool check_copy(OpCheck& c);
   bool check_allreduce(OpCheck& c);
   bool check_allgather(OpCheck& c);

@@ -255,6 +255,11 @@ struct AttentionTileArgs {
   // the tensor-core tile runs 192 of them in three consumer warpgroups (512 threads a CTA) when
   // this is 192, else 128 in two (384 threads).
   i64 query_block;
+  // Packed sequences (`attention(..., seqlens = L)`): the index of the view holding L, i32 [n + 1]
+  // cumulative lengths (L[0] = 0, L[n] = S, non-decreasing), or 0 for one sequence per slice. Key
+  // j is then visible to query i only where both lie in one sequence [L[d], L[d + 1]) (and, causal,
+  // j <= i): each slice holds n packed sequences, as FlashAttention's varlen calls take them.
+  i64 seqlens;
 };
 
 // The tensor-core attention tile's ring, one home for the kind's launch (compiler/kinds/
@@ -350,7 +355,7 @@ static_assert(sizeof(GroupedGemmTileArgs) == 7 * 8, "grouped_gemm_tile has 7 arg
 static_assert(sizeof(MapTileArgs) == 3 * 8, "map_tile has 3 arguments");
 static_assert(sizeof(CopyArgs) == 2 * 8, "copy has 2 arguments");
 static_assert(sizeof(ReduceTileArgs) == 4 * 8, "reduce_tile has 4 arguments");
-static_assert(sizeof(AttentionTileArgs) == 14 * 8, "attention_tile has 14 arguments");
+static_assert(sizeof(AttentionTileArgs) == 15 * 8, "attention_tile has 15 arguments");
 static_assert(sizeof(SignalArgs) == 8, "signal has 1 argument");
 static_assert(sizeof(A2aCountsArgs) == 2 * 8, "a2a_counts has 2 arguments");
 static_assert(sizeof(A2aSendArgs) == 4 * 8, "a2a_send has 4 arguments");

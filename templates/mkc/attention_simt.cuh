@@ -3,6 +3,7 @@
 // Compiled by NVRTC only.
 #pragma once
 
+#include "mkc/attention_varlen.cuh"
 #include "mkc/views.cuh"
 
 namespace mkc {
@@ -10,7 +11,7 @@ namespace mkc {
 // Attention of queries [q0, q1) of batch-head `l` against all keys of the block, with an online
 // softmax carried in acc/max/sum (f32 state) when accumulating over a loop. One thread per
 // (query, output dim): each recomputes the row's scores (simple, not fast).
-// Args AttentionTileArgs; views {Q, K, V, O[, acc, max, sum]} as [L, S, D].
+// Args AttentionTileArgs; views {Q, K, V, O[, acc, max, sum]} as [L, S, D][, seqlens].
 template <typename TQ, typename TO>
 __device__ void attention_tile(const KernelArgs& a, const View* v, const long long* args, int nb) {
   const TQ* Q = view_ptr<TQ>(a, v[0], nb);
@@ -42,8 +43,14 @@ __device__ void attention_tile(const KernelArgs& a, const View* v, const long lo
       acc = st_acc[row * Dv + d];
     }
     // Causal: the keys up to qi + causal_offset (where Q and K sit in the whole sequence).
-    const long long keys = causal ? min(Sk, qi + at.causal_offset + 1) : Sk;
-    for (long long j = 0; j < keys; ++j) {
+    // Packed sequences: those of the row's own.
+    long long from = 0, keys = causal ? min(Sk, qi + at.causal_offset + 1) : Sk;
+    if (at.seqlens) {
+      const AttnKeys k = attn_seq_keys(attn_seqs(a, v, at, nb), qi, Sk);
+      from = k.lo;
+      keys = min(keys, static_cast<long long>(k.hi));
+    }
+    for (long long j = from; j < keys; ++j) {
       float dot = 0.0f;
       for (long long e = 0; e < D; ++e)
         dot += to_f32(Q[row * D + e]) * to_f32(Kp[(l * Sk + j) * D + e]);

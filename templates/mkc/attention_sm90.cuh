@@ -103,6 +103,25 @@ __device__ __forceinline__ bool attn_returns_at_once(const abi::AttentionTileArg
   return nblocks == 0 && at.accumulate && !at.first && !at.last;
 }
 
+// The key blocks [b0, b0 + n) a tile sees: attn_blocks from 0, or with packed sequences (kVarlen,
+// attention_varlen.cuh) those of its rows' sequences.
+struct AttnBlocks {
+  int b0, n;
+};
+template <int D, int BN, bool kVarlen>
+__device__ __forceinline__ AttnBlocks attn_key_blocks(const KernelArgs& a, const View* v,
+                                                      const abi::AttentionTileArgs& at, int nb) {
+  if constexpr (!kVarlen) {
+    return {0, attn_blocks<D, BN>(at, v[1].shape[1])};
+  } else {
+    constexpr int kN = AttnShape<D, BN>::kBN;
+    const AttnKeys k =
+        attn_rows_keys(attn_seqs(a, v, at, nb), at.q0, at.q1, at.causal != 0, v[1].shape[1]);
+    if (k.lo >= k.hi) return {0, 0};
+    return {k.lo / kN, (k.hi + kN - 1) / kN - k.lo / kN};
+  }
+}
+
 #if MKC_HAS_WGMMA
 
 // Register reallocation between the warpgroups (hopper.cuh; off with MKC_NO_SETMAXNREG, an
@@ -196,6 +215,30 @@ __device__ __forceinline__ void attn_mask(float* sc, int key0, int Sk, bool caus
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (key >= Sk || (causal && key > qrow[h])) sc[4 * g + 2 * h + e] = neg_inf();
+      }
+    }
+  }
+}
+
+// attn_mask with packed sequences: key j is visible to row h when rlo[h] <= j < rhi[h] (its
+// sequence's, within the slice) and (causal) j <= the row; `wlo` and `whi` bound the keys every
+// row of the warpgroup sees (a block inside them and before the diagonal needs no mask).
+template <int kN>
+__device__ __forceinline__ void attn_mask_seqs(float* sc, int key0, bool causal, int row0,
+                                               const int* qrow, const int* rlo, const int* rhi,
+                                               int wlo, int whi, int lane) {
+  const bool inside = key0 >= wlo && key0 + kN <= whi;
+  const bool diagonal = causal && key0 + kN - 1 > row0;
+  if (inside && !diagonal) return;
+#pragma unroll
+  for (int g = 0; g < kN / 8; ++g) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = key0 + 8 * g + 2 * (lane % 4) + e;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (key < rlo[h] || key >= rhi[h] || (causal && key > qrow[h]))
+          sc[4 * g + 2 * h + e] = neg_inf();
       }
     }
   }
@@ -315,12 +358,12 @@ __device__ __forceinline__ void attn_issue_pv(float* o, const unsigned* p,
 // Blocks overlap inside the warpgroup (FlashAttention-3's order): block j's Q Kᵀ and block j-1's
 // P V are issued together, and block j's softmax runs while P V is on the tensor cores; the
 // rescale of O waits for that P V. P of block j-1 stays in its registers until its wgmma is done.
-template <typename T, typename TO, int D, int BN, int BQ>
+template <typename T, typename TO, int D, int BN, int BQ, bool kVarlen>
 __device__ __forceinline__ bool attention_consumer(
     const KernelArgs& a, const View* v, const abi::AttentionTileArgs& at, int nb,
     const unsigned char* q_smem, const unsigned char* ring, u64* q_bar, unsigned q_phase,
-    u64* q_free, u64* full_k, u64* full_v, u64* empty_k, u64* empty_v, int nblocks, unsigned c0,
-    int w, int t, AttnTurns& turns) {
+    u64* q_free, u64* full_k, u64* full_v, u64* empty_k, u64* empty_v, int nblocks, int kb0,
+    unsigned c0, int w, int t, AttnTurns& turns) {
   using S = AttnShape<D, BN, BQ>;
   constexpr int kN = S::kBN;
   // The turns this tile takes, whatever this warpgroup's rows see (the others count on them).
@@ -350,6 +393,27 @@ __device__ __forceinline__ bool attention_consumer(
     const long long keys = last + 1 < Sk ? last + 1 : Sk;
     const long long seen = keys > 0 ? (keys + kN - 1) / kN : 0;
     if (seen < mine) mine = static_cast<int>(seen);
+  }
+  // Packed sequences (kb0: the tile's first block): each row's keys, the keys all of the
+  // warpgroup's rows see, and the blocks up to its last row's last key.
+  int rlo[2] = {0, 0}, rhi[2] = {0, 0}, wlo = 0, whi = 0;
+  if constexpr (kVarlen) {
+    const AttnSeqs seqs = attn_seqs(a, v, at, nb);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const AttnKeys k = qrow[h] < at.q1 ? attn_seq_keys(seqs, qrow[h], Sk) : AttnKeys{0, 0};
+      rlo[h] = k.lo;
+      rhi[h] = k.hi;
+    }
+    if (row0 < at.q1) {
+      const long long r1 = at.q1 < row0 + 64 ? at.q1 : row0 + 64;
+      const AttnKeys first = attn_seq_keys(seqs, row0, Sk), last = attn_seq_keys(seqs, r1 - 1, Sk);
+      wlo = last.lo < last.hi ? last.lo : static_cast<int>(Sk);
+      whi = first.hi;
+      const AttnKeys all = attn_rows_keys(seqs, row0, r1, causal, Sk);
+      const int end = all.lo < all.hi ? (all.hi + kN - 1) / kN - kb0 : 0;
+      if (end < mine) mine = end > 0 ? end : 0;
+    }
   }
   // Warp-uniform, and now visibly so to the compiler (it depends on the warpgroup's index, which
   // it does not know to be uniform): without the broadcast the block loop's shared-memory
@@ -410,7 +474,11 @@ __device__ __forceinline__ bool attention_consumer(
       wgmma_wait<0>();
       pin_regs<kN / 2>(sc);
       if (t == 0) mbar_arrive(empty_k + s0);
-      attn_mask<kN>(sc, 0, static_cast<int>(Sk), causal, krow0, krow, lane);
+      if constexpr (kVarlen) {
+        attn_mask_seqs<kN>(sc, kb0 * kN, causal, krow0, krow, rlo, rhi, wlo, whi, lane);
+      } else {
+        attn_mask<kN>(sc, 0, static_cast<int>(Sk), causal, krow0, krow, lane);
+      }
       attn_softmax<kN>(sc, m, l, scale2, alpha);
       attn_pack_p<T, kN>(sc, p);
       pin_regs<kN / 4>(p);
@@ -439,7 +507,11 @@ __device__ __forceinline__ bool attention_consumer(
     wgmma_wait<1>();
     pin_regs<kN / 2>(sc);
     if (t == 0) mbar_arrive(empty_k + s);
-    attn_mask<kN>(sc, j * kN, static_cast<int>(Sk), causal, krow0, krow, lane);
+    if constexpr (kVarlen) {
+      attn_mask_seqs<kN>(sc, (kb0 + j) * kN, causal, krow0, krow, rlo, rhi, wlo, whi, lane);
+    } else {
+      attn_mask<kN>(sc, j * kN, static_cast<int>(Sk), causal, krow0, krow, lane);
+    }
     attn_softmax<kN>(sc, m, l, scale2, alpha);
     wgmma_wait<0>();
     pin_regs<D / 2>(o);
@@ -576,7 +648,8 @@ __device__ __forceinline__ void attn_load_q(const KernelArgs& a, const abi::Atte
 // the last signals): list[i] is the i-th tile's task, its views and args at
 // views + tasks[list[i]].view0 and args + tasks[list[i]].arg0. Args AttentionTileArgs (abi.h)
 // with map_q, map_k and map_v set (3-D maps of the [L, S, D] views, boxes of 64 columns x BQ (Q)
-// or BN (K, V) rows x 1 slice); views {Q, K, V, O[, acc, max, sum]}. Needs
+// or BN (K, V) rows x 1 slice); views {Q, K, V, O[, acc, max, sum][, L]}; kVarlen: packed
+// sequences (args.seqlens, attention_varlen.cuh), the key blocks of the rows' sequences. Needs
 // AttnShape<D, BN, BQ>::kThreads threads and ::kSmemBytes of dynamic shared memory.
 // The tiles run as one pipeline: the producer loads tile after tile (Q into two slots in turn,
 // each freed by q_free once the consumers' Q Kᵀs are done with it; K and V through the ring),
@@ -592,7 +665,7 @@ __device__ __forceinline__ void attn_load_q(const KernelArgs& a, const abi::Atte
 // and two Q slots then persist (PipeState, numbering loads from the ring's initialisation as the
 // GEMM does): the producer loads that tile's Q and first key blocks while the chain's consumers
 // finish, so it starts on loaded data.
-template <typename T, typename TO, int D, int BN = 128, int BQ = 128>
+template <typename T, typename TO, int D, int BN = 128, int BQ = 128, bool kVarlen = false>
 __device__ void attention_chain_tma(const KernelArgs& a, const abi::TaskRecord* tasks,
                                     const View* views, const long long* args, const int* list,
                                     int n, int nb, unsigned char* smem, const long long* next_args,
@@ -622,7 +695,7 @@ __device__ void attention_chain_tma(const KernelArgs& a, const abi::TaskRecord* 
   bool any = false;
   for (int i = 0; i < n; ++i) {
     const abi::AttentionTileArgs& at = args_as<abi::AttentionTileArgs>(tile_args(i));
-    const int nblocks = attn_blocks<D, BN>(at, tile_v(i)[1].shape[1]);
+    const int nblocks = attn_key_blocks<D, BN, kVarlen>(a, tile_v(i), at, nb).n;
     if (attn_returns_at_once(at, nblocks)) continue;
     any = true;
     points_all += nblocks > 0 ? nblocks + 1 : 0;
@@ -675,7 +748,8 @@ __device__ void attention_chain_tma(const KernelArgs& a, const abi::TaskRecord* 
       };
       for (int i = 0; ok && i < n; ++i) {
         const abi::AttentionTileArgs& at = args_as<abi::AttentionTileArgs>(tile_args(i));
-        const int nblocks = attn_blocks<D, BN>(at, tile_v(i)[1].shape[1]);
+        const AttnBlocks kb = attn_key_blocks<D, BN, kVarlen>(a, tile_v(i), at, nb);
+        const int nblocks = kb.n;
         if (attn_returns_at_once(at, nblocks)) continue;
         if (i > 0) {
           TaskState& st = task_state();
@@ -688,14 +762,15 @@ __device__ void attention_chain_tma(const KernelArgs& a, const abi::TaskRecord* 
         if (p == 0) ok = load_q(at, u);
         for (int j = p > 0 ? p - 1 : 0; ok && j < nblocks; ++j)
           ok = attn_load_block<D, BN>(a, c + j, ring, full_k, full_v, empty_k, empty_v,
-                                      a.tensor_maps + at.map_k, a.tensor_maps + at.map_v, j,
+                                      a.tensor_maps + at.map_k, a.tensor_maps + at.map_v, kb.b0 + j,
                                       static_cast<int>(at.l));
         c += nblocks;
         ++u;
       }
       if (ok && next_args != nullptr) {
         const abi::AttentionTileArgs& nx = args_as<abi::AttentionTileArgs>(next_args);
-        const int next_blocks = attn_blocks<D, BN>(nx, next_v[1].shape[1]);
+        const AttnBlocks next_kb = attn_key_blocks<D, BN, kVarlen>(a, next_v, nx, nb);
+        const int next_blocks = next_kb.n;
         if (!attn_returns_at_once(nx, next_blocks)) {
           // Its Q into the next slot, then at most a ring's worth of its key blocks, each as the
           // chain's consumers free a stage.
@@ -704,8 +779,8 @@ __device__ void attention_chain_tma(const KernelArgs& a, const abi::TaskRecord* 
           int j = 0;
           for (; ok && j < m; ++j)
             ok = attn_load_block<D, BN>(a, c + j, ring, full_k, full_v, empty_k, empty_v,
-                                        a.tensor_maps + nx.map_k, a.tensor_maps + nx.map_v, j,
-                                        static_cast<int>(nx.l));
+                                        a.tensor_maps + nx.map_k, a.tensor_maps + nx.map_v,
+                                        next_kb.b0 + j, static_cast<int>(nx.l));
           next_pre = ok ? 1 + m : 0;
         }
       }
@@ -754,13 +829,15 @@ __device__ void attention_chain_tma(const KernelArgs& a, const abi::TaskRecord* 
       const View* v = tile_v(i);
       const abi::AttentionTileArgs& at = args_as<abi::AttentionTileArgs>(tile_args(i));
       // Warp-uniform, and visibly so to the compiler (as `mine` in attention_consumer).
-      const int nblocks = __shfl_sync(0xffffffffu, attn_blocks<D, BN>(at, v[1].shape[1]), 0);
+      const AttnBlocks kb = attn_key_blocks<D, BN, kVarlen>(a, v, at, nb);
+      const int nblocks = __shfl_sync(0xffffffffu, kb.n, 0);
+      const int kb0 = __shfl_sync(0xffffffffu, kb.b0, 0);
       const bool skip = __shfl_sync(0xffffffffu, attn_returns_at_once(at, nblocks) ? 1 : 0, 0);
       bool ok = true;
       if (!skip) {
-        ok = attention_consumer<T, TO, D, BN, BQ>(
+        ok = attention_consumer<T, TO, D, BN, BQ, kVarlen>(
             a, v, at, nb, q_slots + (u & 1) * S::kQBytes, ring, q_full + (u & 1), (u >> 1) & 1,
-            q_free + (u & 1), full_k, full_v, empty_k, empty_v, nblocks, c, w, t, turns);
+            q_free + (u & 1), full_k, full_v, empty_k, empty_v, nblocks, kb0, c, w, t, turns);
         // One decision for the warpgroup (its threads may have seen a failure at different
         // times; a part of it going on to the next tile's wgmmas would hang).
         ok = __shfl_sync(0xffffffffu,

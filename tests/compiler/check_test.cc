@@ -210,6 +210,53 @@ TEST_CASE("attention's q_start and k_start: integers that may use rank, nothing 
   CHECK(c.errors.find("attention's q_start and k_start") != std::string::npos);
 }
 
+TEST_CASE("attention's seqlens (packed sequences): i32 [n + 1], self-attention, whole") {
+  const auto errors = [](const std::string& decls, const std::string& args) {
+    const std::string text = fmt::format(R"(schedule s {{
+    input  Q : bf16[2, 64, 16]
+    input  K : bf16[2, 64, 16]
+    input  V : bf16[2, 64, 16]
+    output O : bf16[2, 64, 16]
+    {}
+    compute a = attention(Q, K, V -> O, {})
+  }})",
+                                         decls, args);
+    return check_text(text).errors;
+  };
+  CHECK(errors("input L : i32[5]", "causal = 1, seqlens = L").empty());
+  CHECK(errors("input L : i32[5]", "seqlens = L").empty());
+  CHECK(errors("input L : i64[5]", "seqlens = L").find("sequence lengths are i32") !=
+        std::string::npos);
+  CHECK(errors("input L : i32[1]", "seqlens = L").find("[n + 1] with n >= 1") != std::string::npos);
+  CHECK(errors("input L : i32[2, 3]", "seqlens = L").find("[n + 1] with n >= 1") !=
+        std::string::npos);
+  CHECK(errors("input L : i32[5]", "seqlens = 3").find("seqlens") != std::string::npos);
+  CHECK(errors("input L : i32[5]", "causal = 1, seqlens = L, q_start = 4")
+            .find("`q_start` does not go with `seqlens`") != std::string::npos);
+  const std::string cross = check_text(R"(schedule s {
+    input  Q : bf16[64, 16]
+    input  K : bf16[32, 16]
+    input  V : bf16[32, 16]
+    input  L : i32[3]
+    output O : bf16[64, 16]
+    compute a = attention(Q, K, V -> O, seqlens = L)
+  })")
+                                .errors;
+  CHECK(cross.find("Q has 64 rows and K 32") != std::string::npos);
+  const std::string merged = check_text(R"(schedule s {
+    input  Q : bf16[64, 16]
+    input  K : bf16[64, 16]
+    input  V : bf16[64, 16]
+    input  L : i32[3]
+    output O : bf16[64, 16]
+    loop i in 0 .. 2 {
+      compute a = attention(Q, K, V -> O, accumulate = 1, seqlens = L)
+    }
+  })")
+                                 .errors;
+  CHECK(merged.find("`accumulate` does not go with `seqlens`") != std::string::npos);
+}
+
 TEST_CASE("moe_ffn_combine: combine knows its dispatch; data-dependent counts are read") {
   CheckOptions opts;
   opts.ranks = {2};

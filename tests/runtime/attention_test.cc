@@ -5,7 +5,7 @@
 // the SIMT tile where the tensor-core one does not apply; ring attention's accumulating tiles
 // at 2, 3, 4 and 8 ranks sharing the GPU at batch 2; and causal attention placed in the whole
 // sequence (q_start, k_start): odd offsets, and causal ring attention in the zigzag and plain
-// layouts. Skipped without a GPU.
+// layouts; packed sequences (seqlens). Skipped without a GPU.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -155,6 +155,54 @@ GPU_TEST_CASE("attention: head dims the tensor-core tile does not take run the S
                   {{"B", 2}, {"H", 1}, {"SQ", 100}, {"SK", 70}, {"D", 40}, {"MASK", 2}});
   const std::string paths = run(b, 1, "D=40");
   CHECK_MESSAGE(paths.find("SIMT") != std::string::npos, paths);
+}
+
+const char* kPacked = R"(
+schedule packed {
+  param H = 1, T = 128, D = 128, N = 4, MASK = 1, QB = 128
+  input  Q : bf16[H, T, D]
+  input  K : bf16[H, T, D]
+  input  V : bf16[H, T, D]
+  input  L : i32[N + 1]
+  output O : bf16[H, T, D]
+  compute att = attention(Q, K, V -> O, causal = MASK - 1, seqlens = L) tile(QB)
+}
+)";
+
+// Packed sequences (`seqlens`): every launch packs the T rows anew, cut at N - 1 random places
+// (compiler/oracle/interpret.cc: sequences of one row, empty ones, ones across several tiles and
+// tiles across several sequences), against the fp64 reference that sees each sequence alone.
+GPU_TEST_CASE("attention over packed sequences (seqlens): both tiles, causal and not") {
+  struct Shape {
+    int64_t h, t, d, n, causal, qb;
+  };
+  const std::vector<Shape> shapes = {
+      {1, 128, 128, 1, 0, 128},  {1, 128, 128, 1, 1, 128},   {3, 1000, 128, 5, 0, 128},
+      {3, 1000, 128, 5, 1, 128}, {2, 2000, 128, 40, 1, 128}, {2, 1000, 64, 5, 0, 128},
+      {2, 1000, 64, 5, 1, 128},  {3, 1000, 64, 5, 0, 192},   {3, 1000, 64, 7, 1, 192},
+      {2, 2000, 64, 40, 1, 192}, {4, 4096, 64, 3, 1, 192},   {4, 4096, 128, 3, 1, 128},
+      {1, 777, 64, 300, 1, 192},
+  };
+  for (const Shape& s : shapes) {
+    const std::string label = fmt::format("H={} T={} D={} sequences={} causal={} query tile {}",
+                                          s.h, s.t, s.d, s.n, s.causal, s.qb);
+    SUBCASE(label.c_str()) {
+      Built b = build(
+          "packed", kPacked, 1,
+          {{"H", s.h}, {"T", s.t}, {"D", s.d}, {"N", s.n}, {"MASK", s.causal + 1}, {"QB", s.qb}});
+      const std::string paths = run(b, 3, label);
+      CHECK_MESSAGE(paths.find("wgmma") != std::string::npos, paths);
+      CHECK_MESSAGE(paths.find("packed sequences") != std::string::npos, paths);
+      CHECK_MESSAGE(b.jit.spill_bytes == 0, jit::resources_text(b.jit));
+      MESSAGE(label << ": " << paths << b.jit.registers << " registers");
+    }
+  }
+  SUBCASE("head dim 40: the SIMT tile") {
+    Built b = build("packed", kPacked, 1,
+                    {{"H", 2}, {"T", 300}, {"D", 40}, {"N", 6}, {"MASK", 2}, {"QB", 128}});
+    const std::string paths = run(b, 2, "SIMT packed");
+    CHECK_MESSAGE(paths.find("SIMT") != std::string::npos, paths);
+  }
 }
 
 GPU_TEST_CASE("ring attention at batch 2: 2, 3, 4 and 8 ranks sharing the GPU") {
