@@ -149,6 +149,21 @@ TEST_CASE("the scheduler's load of an attention tile counts the keys its queries
   a.causal_offset = 0;  // the first 128 queries see keys 0..127
   plan::set_args(t, a);
   CHECK(k.compute_load(t).value() == 128 * (128 + 640));
+  // Packed sequences (4 in 1024 keys): charged by the rows' place in a sequence of the mean
+  // length, 256, not in the slice; a tile across two sequences sees both.
+  Task packed = t;
+  packed.views.push_back(View{0, 4, 0, {5}});
+  a.seqlens = 4;
+  const auto load = [&](int64_t q0, int64_t q1, int64_t causal) {
+    a.q0 = q0, a.q1 = q1, a.causal = causal;
+    plan::set_args(packed, a);
+    return k.compute_load(packed).value();
+  };
+  CHECK(load(768, 896, 1) == 128 * (128 + 640));
+  CHECK(load(896, 1024, 1) == 128 * (256 + 640));
+  CHECK(load(0, 128, 1) == load(512, 640, 1));
+  CHECK(load(768, 896, 0) == 128 * (256 + 640));
+  CHECK(load(192, 384, 1) == 192 * (512 + 640));
   // A GEMM tile's tasks cost alike: round robin.
   CHECK_FALSE(kind_of(TaskKind::kGemmTile).compute_load(gemm_task()).has_value());
 }
