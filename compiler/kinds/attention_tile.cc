@@ -67,8 +67,9 @@ class AttentionTile final : public Kind {
         const auto b = static_cast<int64_t>(cu[flat(lv, d)]),
                    e = static_cast<int64_t>(cu[flat(lv, d + 1)]);
         if (b <= qi && qi < e) {
-          lo = b;
-          hi = e;
+          // Within the slice, as on the device (a malformed L reads nothing outside K and V).
+          lo = std::clamp<int64_t>(b, 0, Sk);
+          hi = std::clamp<int64_t>(e, 0, Sk);
           break;
         }
       }

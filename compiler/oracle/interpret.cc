@@ -322,14 +322,19 @@ InputFn random_inputs(const Plan& plan, uint64_t seed, Routing routing) {
         continue;
       }
       if (auto p = packed.find(plan.buffers[b].tensor); p != packed.end()) {
-        // n sequences from 0 to S, cut at n - 1 random places (some empty, some long).
-        const int64_t S = p->second, n = static_cast<int64_t>(v.size()) - 1;
+        // n sequences cut at n - 1 random places (some empty, some long) between L[0] and L[n]:
+        // 0 and S, or on one launch in three padding rows before and after (up to S / 8 each).
+        const auto S = static_cast<uint64_t>(p->second);
+        const int64_t n = static_cast<int64_t>(v.size()) - 1;
+        const uint64_t h0 = mix64(key ^ 0x5bd1e9955bd1e995ull), pad = S / 8 + 1;
+        const uint64_t lo = h0 % 3 == 0 ? (h0 >> 8) % pad : 0,
+                       hi = h0 % 3 == 0 ? S - (h0 >> 32) % pad : S;
         for (int64_t d = 1; d < n; ++d) {
           const uint64_t h = mix64(key + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(d));
-          v[d] = static_cast<double>(h % static_cast<uint64_t>(S + 1));
+          v[d] = static_cast<double>(lo + h % (hi - lo + 1));
         }
-        v[0] = 0;
-        v[n] = static_cast<double>(S);
+        v[0] = static_cast<double>(lo);
+        v[n] = static_cast<double>(hi);
         std::sort(v.begin(), v.end());
         continue;
       }

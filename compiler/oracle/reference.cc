@@ -287,7 +287,9 @@ class Evaluator {
           double sum = 0;
           std::vector<double> out(Dv, 0);
           for (size_t j = 0; j < s.size(); ++j) {
-            const double p = std::isinf(s[j]) ? 0 : std::exp(s[j] - mx);
+            // A masked key adds nothing (not 0 x its value: a padding row may hold anything).
+            if (std::isinf(s[j])) continue;
+            const double p = std::exp(s[j] - mx);
             sum += p;
             for (int64_t d = 0; d < Dv; ++d) out[d] += p * seen[l][j].v[d];
           }

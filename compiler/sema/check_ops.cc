@@ -340,6 +340,13 @@ bool Checker::check_seqlens(OpCheck& check) {
   const TensorUse& q = inst->inputs[0];
   const TensorUse& k = inst->inputs[1];
   const size_t n = q.shape.size();
+  if (!u.index.empty()) {
+    error(DiagKind::kBadArgument, u.span,
+          fmt::format("`seqlens` takes a whole tensor, not a slice of `{}`",
+                      out_.tensors[seqlens].name))
+        .set_hint("declare the lengths as their own i32 [n + 1] tensor");
+    return false;
+  }
   if (u.shape.size() != 1 || u.shape[0] < 2) {
     error(DiagKind::kShapeMismatch, u.span,
           fmt::format("`seqlens` holds the packed sequences' cumulative lengths, [n + 1] with n >= "

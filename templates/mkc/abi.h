@@ -256,9 +256,10 @@ struct AttentionTileArgs {
   // this is 192, else 128 in two (384 threads).
   i64 query_block;
   // Packed sequences (`attention(..., seqlens = L)`): the index of the view holding L, i32 [n + 1]
-  // cumulative lengths (L[0] = 0, L[n] = S, non-decreasing), or 0 for one sequence per slice. Key
-  // j is then visible to query i only where both lie in one sequence [L[d], L[d + 1]) (and, causal,
-  // j <= i): each slice holds n packed sequences, as FlashAttention's varlen calls take them.
+  // cumulative lengths (non-decreasing within [0, S]), or 0 for one sequence per slice. Key j is
+  // then visible to query i only where both lie in one sequence [L[d], L[d + 1]) (and, causal,
+  // j <= i); rows outside [L[0], L[n]) are padding: each slice holds n packed sequences, as
+  // FlashAttention's varlen calls take them.
   i64 seqlens;
 };
 

@@ -1,7 +1,8 @@
 // Packed sequences (`attention(..., seqlens = L)`, abi::AttentionTileArgs::seqlens): which keys a
-// query row sees, from the sequences' cumulative lengths L (i32 [n + 1], L[0] = 0, L[n] <= S,
-// non-decreasing). Row i of sequence d (L[d] <= i < L[d + 1]) sees keys [L[d], L[d + 1]); a row
-// past L[n] is in no sequence and sees none. Shared by the SIMT and the tensor-core tiles.
+// query row sees, from the sequences' cumulative lengths L (i32 [n + 1], non-decreasing within
+// [0, S]). Row i of sequence d (L[d] <= i < L[d + 1]) sees keys [L[d], L[d + 1]); a row before
+// L[0] or from L[n] on is padding, in no sequence, and sees none. Shared by the SIMT and the
+// tensor-core tiles.
 // Compiled by NVRTC only.
 #pragma once
 
@@ -45,11 +46,12 @@ __device__ __forceinline__ AttnKeys attn_seq_keys(AttnSeqs s, long long i, long 
 }
 
 // The keys rows [r0, r1) see together (r0 < r1): from the first row's sequence to the last row's
-// (or L[n] where the last rows are past it), and under a causal mask no key past r1 - 1. Empty
-// when the first row is in no sequence (then none after it is).
+// (or L[n] where the last rows are past it), and under a causal mask no key past r1 - 1. Rows
+// before L[0] are skipped; empty when no row is in a sequence.
 __device__ __forceinline__ AttnKeys attn_rows_keys(AttnSeqs s, long long r0, long long r1,
                                                    bool causal, long long Sk) {
-  const AttnKeys f = attn_seq_keys(s, r0, Sk);
+  AttnKeys f = attn_seq_keys(s, r0, Sk);
+  if (f.lo >= f.hi && s.n >= 1 && r0 < s.cu[0] && s.cu[0] < r1) f = attn_seq_keys(s, s.cu[0], Sk);
   if (f.lo >= f.hi) return {0, 0};
   const AttnKeys l = attn_seq_keys(s, r1 - 1, Sk);
   long long hi = l.lo < l.hi ? l.hi : (s.cu[s.n] < Sk ? s.cu[s.n] : Sk);

@@ -243,6 +243,8 @@ TEST_CASE("attention's seqlens (packed sequences): i32 [n + 1], self-attention, 
   })")
                                 .errors;
   CHECK(cross.find("Q has 64 rows and K 32") != std::string::npos);
+  CHECK(errors("input L : i32[2, 5]", "seqlens = L[1]")
+            .find("`seqlens` takes a whole tensor, not a slice of `L`") != std::string::npos);
   const std::string merged = check_text(R"(schedule s {
     input  Q : bf16[64, 16]
     input  K : bf16[64, 16]
