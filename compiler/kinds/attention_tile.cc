@@ -186,11 +186,7 @@ class AttentionTile final : public Kind {
   void emit_chain(Source& s, const Task& t) const override {
     const int d = tma_d(s, t);
     s.line("  extern __shared__ unsigned char mkc_smem[];");
-    s.line(fmt::format(
-        "  mkc::sm90::attention_chain_tma<{}, {}, {}, {}, {}{}>(a, tasks, views, args, list, n, "
-        "kBuffers, mkc_smem, next_args, next_v);",
-        s.type_of(t, 0), s.type_of(t, 3), d, key_block(t, d), query_block(t, d),
-        varlen(t) ? ", true" : ""));
+    s.line(chain_call(s, t, d, "tasks, views, args, list, n"));
   }
 
   void emit(Source& s, const Task& t) const override {
@@ -201,11 +197,7 @@ class AttentionTile final : public Kind {
       s.line("  extern __shared__ unsigned char mkc_smem[];");
       s.line("  const mkc::TaskRecord one{};");
       s.line("  const int only = 0;");
-      s.line(fmt::format(
-          "  mkc::sm90::attention_chain_tma<{}, {}, {}, {}, {}{}>(a, &one, v, args, &only, 1, "
-          "kBuffers, mkc_smem, next_args, next_v);",
-          s.type_of(t, 0), s.type_of(t, 3), d, key_block(t, d), query_block(t, d),
-          varlen(t) ? ", true" : ""));
+      s.line(chain_call(s, t, d, "&one, v, args, &only, 1"));
     } else {
       s.line(fmt::format("  mkc::attention_tile<{}, {}>(a, v, args, kBuffers);", s.type_of(t, 0),
                          s.type_of(t, 3)));
@@ -226,6 +218,16 @@ class AttentionTile final : public Kind {
   }
 
  private:
+  // The call of attention_chain_tma for tiles of t's class at head dim d, over the chain given by
+  // `chain` (its records, views, args, list and length).
+  static std::string chain_call(const Source& s, const Task& t, int d, const char* chain) {
+    return fmt::format(
+        "  mkc::sm90::attention_chain_tma<{}, {}, {}, {}, {}{}>(a, {}, kBuffers, mkc_smem, "
+        "next_args, next_v);",
+        s.type_of(t, 0), s.type_of(t, 3), d, key_block(t, d), query_block(t, d),
+        varlen(t) ? ", true" : "", chain);
+  }
+
   // Packed sequences (`seqlens`): a template argument of the tiles, so that the others' code is
   // what it was.
   static bool varlen(const Task& t) {

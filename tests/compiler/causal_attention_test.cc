@@ -25,13 +25,7 @@ namespace mkc::plan {
 namespace {
 
 using testing::interpret_and_compare;
-
-int tensor_index(const compiler::CheckedSchedule& s, const std::string& name) {
-  for (size_t t = 0; t < s.tensors.size(); ++t)
-    if (s.tensors[t].name == name) return static_cast<int>(t);
-  FAIL("no tensor " << name);
-  return -1;
-}
+using testing::tensor_index;
 
 // Causal softmax(Q Kᵀ / sqrt(D)) V over one whole sequence, [BH][S][D] each.
 std::vector<double> causal_attention(const std::vector<double>& q, const std::vector<double>& k,

@@ -22,6 +22,7 @@ namespace mkc::plan {
 namespace {
 
 using testing::interpret_and_compare;
+using testing::tensor_index;
 
 const char* kPacked = R"(
 schedule packed {
@@ -34,13 +35,6 @@ schedule packed {
   compute att = attention(Q, K, V -> O, causal = MASK - 1, seqlens = L) tile(64)
 }
 )";
-
-int tensor_index(const compiler::CheckedSchedule& s, const std::string& name) {
-  for (size_t t = 0; t < s.tensors.size(); ++t)
-    if (s.tensors[t].name == name) return static_cast<int>(t);
-  FAIL("no tensor " << name);
-  return -1;
-}
 
 // Row i of head h, attending to keys [lo, hi) (causal: up to i), directly; zeros for none.
 std::vector<double> row(const RankData& data, int tq, int tk, int tv, int64_t T, int64_t D,

@@ -20,6 +20,14 @@
 
 namespace mkc::plan::testing {
 
+// The index of the schedule's tensor `name` (fails the test when there is none).
+inline int tensor_index(const compiler::CheckedSchedule& s, const std::string& name) {
+  for (size_t t = 0; t < s.tensors.size(); ++t)
+    if (s.tensors[t].name == name) return static_cast<int>(t);
+  FAIL("no tensor " << name);
+  return -1;
+}
+
 struct Compiled {
   std::shared_ptr<const dsl::SourceFile> file;
   dsl::Module module;
