@@ -74,8 +74,9 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
     }
     for (int r = 0; r < n; ++r) local_.push_back(r);
   }
-  // Before Hopper the GEMM tile is the mma.sync one, with its own (smaller) staging.
-  if (device_info(0).cc_major < 9) smem_ = kernel.portable_smem;
+  // Without wgmma (before Hopper, or built for plain sm_90: MKC_ARCH) the GEMM and attention
+  // tiles are the mma.sync ones, with their own (smaller) staging.
+  if (!arch_has_wgmma(device_info(0).arch())) smem_ = kernel.portable_smem;
   // Paired GEMM tiles run in 2-CTA clusters on Hopper; before it the kernel has none to pair.
   cluster_ = device_info(0).cc_major >= 9 ? std::max(1, kernel.cluster) : 1;
   if (ctas_ % cluster_ != 0)

@@ -84,7 +84,7 @@ class Generator final : public kinds::Source {
         sized = t;
       }
       g.dynamic_smem = std::max(g.dynamic_smem, l.dynamic_smem);
-      if (l.portable_smem) g.portable_smem = l.portable_smem;
+      g.portable_smem = std::max(g.portable_smem, l.portable_smem);
       g.cluster = std::max(g.cluster, l.cluster);
     }
     for (const Task* t : class_tasks_) g.paths.push_back(kinds::kind_of(*t).path(*this, *t));

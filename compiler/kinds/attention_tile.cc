@@ -2,7 +2,8 @@
 // each query's own), with an online softmax whose state (f32 compiler scratch) carries over the
 // instances of one merge group. Views {Q, K, V, O[, acc, max, sum]} as [L, S, D][, the
 // sequences' cumulative lengths] (abi.h, AttentionTileArgs). Device code: the TMA + wgmma tile
-// (templates/mkc/attention_sm90.cuh) for bf16/f16 at head dims 64 and 128, else SIMT
+// (templates/mkc/attention_sm90.cuh) for bf16/f16 at head dims 64 and 128, the mma.sync tile
+// (templates/mkc/attention_sm80.cuh) for those on sm_80 and later without wgmma, else SIMT
 // (templates/mkc/attention_simt.cuh).
 #include <fmt/format.h>
 
@@ -159,7 +160,7 @@ class AttentionTile final : public Kind {
     if (const int d = tma_d(s, t))
       return fmt::format(
           "{}: sm_90a wgmma + TMA, head dim {}, tiles of {} queries in {} consumer warpgroups, "
-          "blocks of {} keys{} (SIMT without sm_90a)",
+          "blocks of {} keys{} (mma.sync or SIMT without sm_90a)",
           name(), d, query_block(t, d), query_block(t, d) / 64, key_block(t, d),
           varlen(t) ? ", packed sequences" : "");
     return std::string(name()) + ": SIMT (needs bf16/f16 Q, K, V with head dims 64 or 128)";
@@ -170,6 +171,8 @@ class AttentionTile final : public Kind {
     if (const int d = tma_d(s, t)) {
       l.threads = abi::attention_threads(query_block(t, d));
       l.dynamic_smem = abi::attention_smem_bytes(d, key_block(t, d), query_block(t, d));
+      // Before Hopper the chain function runs the mma.sync tile (attention_sm80.cuh).
+      l.portable_smem = abi::attention_portable_smem_bytes(d, l.threads);
     }
     return l;
   }

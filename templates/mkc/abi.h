@@ -277,6 +277,18 @@ constexpr MKC_ABI_FN int attention_smem_bytes(int d, int kb, int bq) {
 constexpr MKC_ABI_FN int attention_threads(int bq) {
   return 128 + 2 * bq;
 }
+// The mma.sync attention tile (attention_sm80.cuh: GPUs without wgmma) at head dim d: keys per
+// block, and its dynamic shared memory at `threads` threads (two stages of K and V, then 16 rows
+// of Q per warp, rows padded by 8 elements): at most 87,168 bytes, under the 99 KB of sm_86/89.
+constexpr MKC_ABI_FN int attention_portable_keys(int d) {
+  return d > 64 ? 32 : 64;
+}
+constexpr MKC_ABI_FN int attention_portable_smem_bytes(int d, int threads) {
+  return (4 * attention_portable_keys(d) + 16 * (threads / 32)) * (d + 8) * 2 + 128;
+}
+static_assert(attention_portable_smem_bytes(128, attention_threads(128)) == 87168 &&
+                  attention_portable_smem_bytes(64, attention_threads(192)) <= 87168,
+              "the mma.sync attention tile fits an sm_86/89 CTA (99 KB)");
 
 // signal: no views.
 struct SignalArgs {

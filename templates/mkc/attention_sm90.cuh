@@ -34,10 +34,11 @@
 // sum and unnormalised O are read from and written to the f32 state the lowering gives the task,
 // in the same form the SIMT tile uses, so either tile can continue the other's state.
 //
-// Without sm_90a the same entry point runs the SIMT tile of attention_simt.cuh.
+// Without sm_90a the same entry point runs the mma.sync tile of attention_sm80.cuh (sm_80 and
+// later; the SIMT tile of attention_simt.cuh before).
 #pragma once
 
-#include "mkc/attention_simt.cuh"
+#include "mkc/attention_sm80.cuh"
 #include "mkc/gemm_sm90.cuh"
 #include "mkc/hopper.cuh"
 
@@ -871,9 +872,10 @@ __device__ void attention_chain_tma(const KernelArgs& a, const abi::TaskRecord* 
   (void)smem;
   (void)next_args;
   (void)next_v;
+  // Without wgmma: the mma.sync tile (attention_sm80.cuh; the SIMT tile before sm_80).
   for (int i = 0; i < n; ++i) {
     if (i > 0) __syncthreads();
-    attention_tile<T, TO>(a, tile_v(i), tile_args(i), nb);
+    sm80::attention_tile_mma<T, TO, D>(a, tile_v(i), tile_args(i), nb, smem);
   }
 #endif
 }

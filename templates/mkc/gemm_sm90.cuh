@@ -146,20 +146,6 @@ __device__ __forceinline__ void store_pair(TC* p, float x, float y, bool both, b
   if (both) p[1] = from_f32<TC>(y);
 }
 
-// Two values as one 32-bit word of a 16-bit type (bf16x2 or half2).
-template <typename TC>
-__device__ __forceinline__ unsigned pack2(float x, float y) {
-  unsigned u;
-  if constexpr (is_same<TC, __nv_bfloat16>::value) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-    u = *reinterpret_cast<const unsigned*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(x, y);
-    u = *reinterpret_cast<const unsigned*>(&v);
-  }
-  return u;
-}
-
 // The epilogue of one consumer warpgroup: its 64 x BN accumulators (rows row0.., columns
 // col0..), plus bias, through fn, cast to TC, into C (row stride ldc) below row m1 and column n1.
 // Thread t holds rows (t/32)*16 + (t%32)/4 (+8) and the column pairs 8j + 2(t%4).

@@ -4,8 +4,9 @@
 //   gemm_simt.cuh       gemm_tile (SIMT fallback; gemm_sm90/sm80 are fast)
 //   split_k.cuh         gemm_tile's split-K parts: the ticket and the fused reduction
 //   grouped_gemm.cuh    grouped_gemm_tile: its tile from the counts, SIMT fallback
-//   (grouped_gemm_sm90 is fast) attention_simt.cuh  attention_tile (SIMT fallback) moe.cuh
-//   a2a_counts, a2a_send, a2a_finish, combine_send, combine_reduce
+//   (grouped_gemm_sm90 is fast)
+//   attention_simt.cuh  attention_tile (SIMT fallback; attention_sm90/sm80 are fast)
+//   moe.cuh             a2a_counts, a2a_send, a2a_finish, combine_send, combine_reduce
 // built on views.cuh (addressing), sync.cuh (waits, signals, deadlines, errors), abi.h (the
 // host/device ABI) and types.cuh (element types). Each task function takes the kernel arguments,
 // the task's views and its arguments (the kind's struct in abi.h).

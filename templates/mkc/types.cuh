@@ -107,4 +107,18 @@ struct NoFn {
   __device__ __forceinline__ float operator()(float x) const { return x; }
 };
 
+// Two values as one 32-bit word of a 16-bit type (bf16x2 or half2), x in the low half.
+template <typename TC>
+__device__ __forceinline__ unsigned pack2(float x, float y) {
+  unsigned u;
+  if constexpr (is_same<TC, __nv_bfloat16>::value) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    u = *reinterpret_cast<const unsigned*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(x, y);
+    u = *reinterpret_cast<const unsigned*>(&v);
+  }
+  return u;
+}
+
 }  // namespace mkc

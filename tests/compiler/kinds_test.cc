@@ -210,6 +210,12 @@ TEST_CASE("an attention tile's key block and query tile follow tile(q, k) at hea
                                         c.queries / 64)) != std::string::npos);
     CHECK(k.launch(s, t).dynamic_smem == c.smem);
     CHECK(k.launch(s, t).dynamic_smem <= 227 * 1024);
+    // Before Hopper the mma.sync tile's staging (attention_sm80.cuh): two stages of 64 keys (32
+    // at head dim 128) and 16 rows of Q per warp, rows of d + 8; within an sm_86/89 CTA's 99 KB.
+    const int warps = (128 + 2 * c.queries) / 32;
+    CHECK(k.launch(s, t).portable_smem ==
+          (4 * (c.d == 128 ? 32 : 64) + 16 * warps) * (c.d + 8) * 2 + 128);
+    CHECK(k.launch(s, t).portable_smem <= 99 * 1024);
     // A producer warpgroup and a consumer warpgroup per 64 queries.
     CHECK(k.launch(s, t).threads == 128 + 2 * c.queries);
     // The tile of three consumer warpgroups runs as chains of a CTA's consecutive tiles: its code

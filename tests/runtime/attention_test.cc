@@ -5,9 +5,13 @@
 // the SIMT tile where the tensor-core one does not apply; ring attention's accumulating tiles
 // at 2, 3, 4 and 8 ranks sharing the GPU at batch 2; and causal attention placed in the whole
 // sequence (q_start, k_start): odd offsets, and causal ring attention in the zigzag and plain
-// layouts; packed sequences (seqlens). Skipped without a GPU.
+// layouts; packed sequences (seqlens); the mma.sync tile (attention_sm80.cuh) that runs without
+// wgmma, on a Hopper GPU built for plain sm_90. Skipped without a GPU.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+
+#include <array>
+#include <cstdlib>
 
 #include "compiler/pipeline.h"
 #include "dsl/parser.h"
@@ -24,8 +28,9 @@ struct Built {
   jit::JitOutput jit;
 };
 
+// `arch`: NVRTC's target ("" the device's own).
 Built build(const std::string& name, const std::string& text, int64_t ranks,
-            const std::map<std::string, int64_t>& defines) {
+            const std::map<std::string, int64_t>& defines, const std::string& arch = "") {
   Built b;
   const DeviceInfo dev = device_info(0);
   compiler::CheckOptions opts;
@@ -35,7 +40,8 @@ Built build(const std::string& name, const std::string& text, int64_t ranks,
   b.c = compiler::compile_file(std::make_shared<dsl::SourceFile>(name, text), opts);
   REQUIRE_MESSAGE(b.c->ok(), dsl::render_text(b.c->diagnostics.all(), false));
   jit::JitOptions jo;
-  jo.arch = dev.arch();
+  jo.arch = arch.empty() ? dev.arch() : arch;
+  jo.want_ptx = !arch.empty();  // the tile checks read it
   b.jit = jit::jit_compile(b.c->kernels[0].source, name + ".cu", b.c->kernels[0].kernel_name, jo);
   return b;
 }
@@ -323,6 +329,92 @@ GPU_TEST_CASE("causal ring attention, plain layout: masked blocks of later ranks
       const std::string paths = run(b, 2, label);
       CHECK_MESSAGE(paths.find("tiles of 192 queries") != std::string::npos, paths);
     }
+  }
+}
+
+// Without wgmma (sm_80 and later; here a Hopper GPU built for plain sm_90): the chain function's
+// mma.sync tile (templates/mkc/attention_sm80.cuh), every feature of the task: ragged query and
+// key lengths, batch and odd heads, bf16 and f16, causal and not, 192-query tiles (16 warps),
+// causal offsets (rows that see no key), packed sequences, and ring attention's state carried
+// across ranks' steps.
+GPU_TEST_CASE("attention without wgmma: the mma.sync tile against fp64") {
+  const DeviceInfo dev = device_info(0);
+  if (dev.cc_major < 8) {
+    MESSAGE("skipped: mma.sync needs sm_80 or later");
+    return;
+  }
+  const std::string arch = dev.arch() == "sm_90a" ? "sm_90" : dev.arch();
+  // On Hopper, the runtime takes the GPU for one without wgmma too (MKC_ARCH, read by
+  // DeviceInfo::arch): the kernel then gets the portable tiles' shared memory, as on an A100.
+  struct ArchGuard {
+    explicit ArchGuard(const std::string& a) { setenv("MKC_ARCH", a.c_str(), 1); }
+    ~ArchGuard() { unsetenv("MKC_ARCH"); }
+  } guard(arch);
+  // The kernel runs mma.sync and no wgmma, and an attention-only kernel of 384 threads (168
+  // registers) spills nothing. At 512 (192-query tiles: 128 registers) ptxas spills 192 bytes of
+  // the task loop's and the round's values, and ring attention's kernel (its comm tasks beside)
+  // about 20, none inside the MMA loop (cuobjdump -sass, 2026-12-07): recorded, not held.
+  const auto check_tile = [](const Built& b, const std::string& label, bool no_spills = true) {
+    CHECK_MESSAGE(b.jit.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos, label);
+    CHECK_MESSAGE(b.jit.ptx.find("wgmma") == std::string::npos, label);
+    if (no_spills && b.c->kernels[0].threads <= 384)
+      CHECK_MESSAGE(b.jit.spill_bytes == 0, label << ": " << jit::resources_text(b.jit));
+    MESSAGE(label << ": " << jit::resources_text(b.jit));
+  };
+  struct Shape {
+    int64_t b, h, sq, sk, d, causal;
+    const char* dtype;
+    int64_t qb = 128;
+  };
+  for (const Shape& s : std::vector<Shape>{{1, 1, 128, 128, 128, 0, "bf16"},
+                                           {2, 4, 1000, 1000, 128, 1, "bf16"},
+                                           {4, 1, 129, 385, 64, 0, "bf16"},
+                                           {1, 3, 777, 300, 64, 1, "f16"},
+                                           {2, 2, 640, 2048, 128, 0, "f16"},
+                                           {1, 32, 512, 512, 128, 1, "bf16"},
+                                           {1, 2, 300, 577, 64, 0, "f16", 192},
+                                           {2, 2, 1000, 1000, 64, 1, "bf16", 192}}) {
+    const std::string label =
+        fmt::format("mma.sync {} B={} H={} Sq={} Sk={} D={} causal={} query tile {}", s.dtype, s.b,
+                    s.h, s.sq, s.sk, s.d, s.causal, s.qb);
+    SUBCASE(label.c_str()) {
+      Built b = build("attn", attention_text(s.dtype), 1,
+                      {{"B", s.b},
+                       {"H", s.h},
+                       {"SQ", s.sq},
+                       {"SK", s.sk},
+                       {"D", s.d},
+                       {"MASK", s.causal + 1},
+                       {"QB", s.qb}},
+                      arch);
+      run(b, 2, label);
+      check_tile(b, label);
+    }
+  }
+  for (const auto& [d, qs, ks] : std::vector<std::array<int64_t, 3>>{
+           {128, 1, 100}, {64, 200, 63}, {128, 500, 1}, {64, 1, 400}, {128, 1, 38}}) {
+    const std::string label = fmt::format("mma.sync D={} q_start={} k_start={}", d, qs, ks);
+    SUBCASE(label.c_str()) {
+      Built b = build("offset", kOffset, 1, {{"D", d}, {"QS", qs}, {"KS", ks}}, arch);
+      run(b, 2, label);
+      check_tile(b, label);
+    }
+  }
+  for (const auto& [h, t, d, n, causal] : std::vector<std::array<int64_t, 5>>{
+           {3, 1000, 128, 5, 1}, {2, 2000, 64, 40, 1}, {1, 777, 64, 300, 0}}) {
+    const std::string label =
+        fmt::format("mma.sync packed H={} T={} D={} sequences={} causal={}", h, t, d, n, causal);
+    SUBCASE(label.c_str()) {
+      Built b = build("packed", kPacked, 1,
+                      {{"H", h}, {"T", t}, {"D", d}, {"N", n}, {"MASK", causal + 1}}, arch);
+      run(b, 3, label);
+      check_tile(b, label);
+    }
+  }
+  SUBCASE("mma.sync plain causal ring R=3") {
+    Built b = build("ring_causal", kRingCausalPlain, 3, {{"S", 999}}, arch);
+    run(b, 2, "mma.sync plain causal ring R=3");
+    check_tile(b, "mma.sync plain causal ring R=3", false);
   }
 }
 

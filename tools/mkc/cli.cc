@@ -541,16 +541,12 @@ void print_jit_warnings(const jit::JitOutput& j, std::ostream& err) {
   for (const std::string& w : j.warnings) fmt::print(err, "mkc: warning: {}\n", w);
 }
 
-// The shared memory a CTA of the kernel uses on `arch`: the dynamic part is the Hopper tile's
-// staging from sm_90 on and the portable tile's before (as LocalJob chooses), the static part is
+// The shared memory a CTA of the kernel uses on `arch`: the dynamic part is the Hopper tiles'
+// staging on sm_90a and the portable tiles' elsewhere (as LocalJob chooses), the static part is
 // ptxas's figure.
 std::string smem_text(const jit::JitOutput& j, const codegen::Generated& g,
                       const std::string& arch) {
-  int number = 0;
-  const size_t digits = arch.find_first_of("0123456789");
-  if (digits != std::string::npos)
-    std::from_chars(arch.data() + digits, arch.data() + arch.size(), number);
-  const int64_t dynamic = number >= 90 ? g.dynamic_smem : g.portable_smem;
+  const int64_t dynamic = rt::arch_has_wgmma(arch) ? g.dynamic_smem : g.portable_smem;
   if (j.smem_bytes < 0) return fmt::format("smem unknown (static unknown + {} B dynamic)", dynamic);
   return fmt::format("{} B smem ({} static + {} dynamic)", j.smem_bytes + dynamic, j.smem_bytes,
                      dynamic);
