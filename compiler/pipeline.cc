@@ -75,6 +75,7 @@ std::unique_ptr<Compilation> compile_file(std::shared_ptr<const dsl::SourceFile>
   for (const plan::Plan& p : c->plans) {
     codegen::CodegenOptions co;
     co.file = file;
+    co.arch = options.arch;
     co.defines = defines_text;
     co.tables = tables_from_env(tables);
     // A plan of one rank's neighbourhood generates that rank's kernel only.

@@ -95,6 +95,7 @@ Kernel Kernel::from_string(const std::string& name, const std::string& text,
                                          [](const char* n) { return std::getenv(n); });
   co.defines = options.defines;
   co.sms = dev.sm_count / per_gpu;
+  co.arch = dev.arch();
   std::string defines_text;
   for (const auto& [k, v] : options.defines)
     defines_text += fmt::format("{}{}={}", defines_text.empty() ? "" : " ", k, v);

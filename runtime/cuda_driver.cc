@@ -98,10 +98,6 @@ std::string DeviceInfo::arch() const {
   return fmt::format("sm_{}{}", cc_major, cc_minor);
 }
 
-bool arch_has_wgmma(const std::string& arch) {
-  return arch == "sm_90a";
-}
-
 int device_count() {
   const Driver& d = Driver::get();
   int n = 0;

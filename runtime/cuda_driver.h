@@ -155,11 +155,6 @@ struct DeviceInfo {
   std::string arch() const;
 };
 
-// Whether a kernel built for NVRTC target `arch` runs the wgmma + TMA templates (sm_90a), whose
-// staging is Generated::dynamic_smem, rather than the portable tiles (mma.sync, SIMT), whose
-// staging is Generated::portable_smem: before Hopper, and on Hopper built for plain sm_90.
-bool arch_has_wgmma(const std::string& arch);
-
 // Lists the GPUs the driver sees. Throws EnvironmentError when there is no driver.
 int device_count();
 DeviceInfo device_info(int ordinal);

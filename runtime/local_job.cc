@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "runtime/local_job_internal.h"
+#include "support/arch.h"
 #include "support/error.h"
 
 namespace mkc::rt {
@@ -76,7 +77,7 @@ void LocalJob::init(const std::string& cubin, const codegen::Generated& kernel) 
   }
   // Without wgmma (before Hopper, or built for plain sm_90: MKC_ARCH) the GEMM and attention
   // tiles are the mma.sync ones, with their own (smaller) staging.
-  if (!arch_has_wgmma(device_info(0).arch())) smem_ = kernel.portable_smem;
+  if (!mkc::arch_has_wgmma(device_info(0).arch())) smem_ = kernel.portable_smem;
   // Paired GEMM tiles run in 2-CTA clusters on Hopper; before it the kernel has none to pair.
   cluster_ = device_info(0).cc_major >= 9 ? std::max(1, kernel.cluster) : 1;
   if (ctas_ % cluster_ != 0)

@@ -227,6 +227,7 @@ class Generator final : public kinds::Source {
 
   // kinds::Source.
   bool tensor_cores() const override { return o_.tensor_core_gemm; }
+  const std::string& arch() const override { return o_.arch; }
   compiler::DType dtype(const Task& t, size_t view) const override {
     return p_.buffers[t.views[view].buffer].dtype;
   }

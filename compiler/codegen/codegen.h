@@ -25,6 +25,8 @@ struct CodegenOptions {
   // template (templates/mkc/gemm_sm90.cuh; on targets without wgmma it falls back to the portable
   // tile). false: every GEMM uses the portable tile.
   bool tensor_core_gemm = true;
+  // The NVRTC target (support/arch.h), for the tiles Generated::paths names; not in the source.
+  std::string arch = "sm_90a";
   // Where the plan's tables live (docs/COMPILER.md, "The plan's tables"). kSource: constant arrays
   // in the source, compiled by NVRTC with the code (NVRTC's time and memory then grow with tasks x
   // ranks). kData: the source declares them, sized; Generated::tables holds their bytes, which the

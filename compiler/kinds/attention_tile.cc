@@ -156,14 +156,28 @@ class AttentionTile final : public Kind {
     return packed;
   }
 
+  // The tile the kernel runs on the target (support/arch.h): the chain function's wgmma tile on
+  // sm_90a, its mma.sync tile on sm_80 and later, else SIMT.
   std::string path(const Source& s, const Task& t) const override {
-    if (const int d = tma_d(s, t))
-      return fmt::format(
-          "{}: sm_90a wgmma + TMA, head dim {}, tiles of {} queries in {} consumer warpgroups, "
-          "blocks of {} keys{} (mma.sync or SIMT without sm_90a)",
-          name(), d, query_block(t, d), query_block(t, d) / 64, key_block(t, d),
-          varlen(t) ? ", packed sequences" : "");
-    return std::string(name()) + ": SIMT (needs bf16/f16 Q, K, V with head dims 64 or 128)";
+    const int d = tma_d(s, t);
+    const char* packed = varlen(t) ? ", packed sequences" : "";
+    if (d == 0)
+      return std::string(name()) + ": SIMT (needs bf16/f16 Q, K, V with head dims 64 or 128)";
+    switch (tile_target(s.arch())) {
+      case TileTarget::kWgmma:
+        return fmt::format(
+            "{}: sm_90a wgmma + TMA, head dim {}, tiles of {} queries in {} consumer warpgroups, "
+            "blocks of {} keys{}",
+            name(), d, query_block(t, d), query_block(t, d) / 64, key_block(t, d), packed);
+      case TileTarget::kMmaSync:
+        return fmt::format(
+            "{}: mma.sync ({} has no wgmma), head dim {}, tiles of {} queries, 16 rows a warp, "
+            "blocks of {} keys{}",
+            name(), s.arch(), d, query_block(t, d), abi::attention_portable_keys(d), packed);
+      case TileTarget::kSimt:
+        break;
+    }
+    return fmt::format("{}: SIMT ({} has no mma.sync)", name(), s.arch());
   }
 
   Launch launch(const Source& s, const Task& t) const override {

@@ -119,13 +119,26 @@ class GemmTile final : public Kind {
     return key;
   }
 
+  // The tile the kernel runs on the target (support/arch.h).
   std::string path(const Source& s, const Task& t) const override {
-    if (const int bn = tma_n(s, t))
-      return fmt::format(
-          "{}: sm_90a wgmma + TMA {}x{}{}{} (mma.sync or SIMT without sm_90a)", name(), tma_m(t),
-          bn, plan::args_as<abi::GemmTileArgs>(t).cluster ? " in 2-CTA clusters, B multicast" : "",
-          store_tma(s, t) ? ", C stored by TMA" : "");
-    return std::string(name()) + ": SIMT (operands not 16-bit or not 16-byte aligned)";
+    const int bn = tma_n(s, t);
+    if (bn == 0) return std::string(name()) + ": SIMT (operands not 16-bit or not 16-byte aligned)";
+    switch (tile_target(s.arch())) {
+      case TileTarget::kWgmma:
+        return fmt::format(
+            "{}: sm_90a wgmma + TMA {}x{}{}{}", name(), tma_m(t), bn,
+            plan::args_as<abi::GemmTileArgs>(t).cluster ? " in 2-CTA clusters, B multicast" : "",
+            store_tma(s, t) ? ", C stored by TMA" : "");
+      case TileTarget::kMmaSync:
+        // templates/mkc/gemm_sm80.cuh: K and N multiples of 8 and 16-byte aligned operands.
+        return fmt::format(
+            "{}: mma.sync 128x128 ({} has no wgmma; SIMT where K or N is not a "
+            "multiple of 8)",
+            name(), s.arch());
+      case TileTarget::kSimt:
+        break;
+    }
+    return fmt::format("{}: SIMT ({} has no mma.sync)", name(), s.arch());
   }
 
   Launch launch(const Source& s, const Task& t) const override {

@@ -83,8 +83,10 @@ class GroupedGemmTile final : public Kind {
 
   std::string path(const Source& s, const Task& t) const override {
     if (const int bn = tma_n(s, t))
-      return fmt::format("{}: sm_90a wgmma + TMA {}x{} (SIMT without sm_90a)", name(),
-                         plan::args_as<abi::GroupedGemmTileArgs>(t).bm, bn);
+      return arch_has_wgmma(s.arch())
+                 ? fmt::format("{}: sm_90a wgmma + TMA {}x{}", name(),
+                               plan::args_as<abi::GroupedGemmTileArgs>(t).bm, bn)
+                 : fmt::format("{}: SIMT ({} has no wgmma)", name(), s.arch());
     return std::string(name()) +
            ": SIMT (operands not 16-bit, not 16-byte aligned, or tiles not 64/128 rows)";
   }

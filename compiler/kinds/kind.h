@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "compiler/plan/plan.h"
+#include "support/arch.h"
 
 namespace mkc::kinds {
 
@@ -56,6 +57,9 @@ class Source {
   virtual ~Source() = default;
   // Whether tiles whose operands allow it use the sm_90a TMA + wgmma templates.
   virtual bool tensor_cores() const = 0;
+  // The NVRTC target (support/arch.h): which of a template's tiles runs, for path(); the source
+  // a kind emits must not depend on it.
+  virtual const std::string& arch() const = 0;
   virtual compiler::DType dtype(const Task& t, size_t view) const = 0;
   std::string type_of(const Task& t, size_t view) const;  // its CUDA element type
   // A device function as an epilogue functor type (`mkc::NoFn` for -1).

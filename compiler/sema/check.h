@@ -42,6 +42,9 @@ struct CheckOptions {
   std::map<std::string, int64_t> defines;
   // Multiprocessors of the target GPU: role counts must fit (one persistent CTA per SM).
   int64_t sms = 132;
+  // The NVRTC target the kernel is built for (support/arch.h): the source is the same for any,
+  // but the tiles the compile summary names (Generated::paths) are the target's.
+  std::string arch = "sm_90a";
   // Parse every device function with Clang and hold it to its contract (compiler/sema/
   // clang_check.h); where the plugin is missing, a warning says so. The CLI sets it.
   bool clang_device_fns = false;

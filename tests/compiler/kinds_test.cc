@@ -20,6 +20,8 @@ class FakeSource final : public Source {
  public:
   explicit FakeSource(bool tensor_cores) : tensor_cores_(tensor_cores) {}
   bool tensor_cores() const override { return tensor_cores_; }
+  const std::string& arch() const override { return arch_; }
+  std::string arch_ = "sm_90a";
   compiler::DType dtype(const Task&, size_t) const override { return compiler::DType::kBf16; }
   int static_smem_bound() const override { return static_smem; }
   int static_smem = 256;
@@ -166,6 +168,48 @@ TEST_CASE("the scheduler's load of an attention tile counts the keys its queries
   CHECK(load(192, 384, 1) == 192 * (512 + 640));
   // A GEMM tile's tasks cost alike: round robin.
   CHECK_FALSE(kind_of(TaskKind::kGemmTile).compute_load(gemm_task()).has_value());
+}
+
+// The tiles a kernel runs follow its NVRTC target (support/arch.h); the compile summary names
+// them (Kind::path) while the source is the same for every target.
+TEST_CASE("the compile summary names the tile each target runs") {
+  CHECK(tile_target("sm_90a") == TileTarget::kWgmma);
+  for (const char* a : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"})
+    CHECK(tile_target(a) == TileTarget::kMmaSync);
+  for (const char* a : {"sm_75", "sm_7", "sm_", "compute_90", "", "sm_x90"})
+    CHECK(tile_target(a) == TileTarget::kSimt);
+  CHECK(arch_has_wgmma("sm_90a"));
+  CHECK_FALSE(arch_has_wgmma("sm_90"));
+
+  Task att;
+  att.kind = TaskKind::kAttentionTile;
+  att.views = {View{0, 0, 0, {2, 400, 128}}, View{0, 1, 0, {2, 1000, 128}},
+               View{0, 2, 0, {2, 1000, 128}}, View{0, 3, 0, {2, 400, 128}}};
+  abi::AttentionTileArgs a{};
+  a.q0 = 0, a.q1 = 128, a.last = 1, a.key_block = 128, a.query_block = 128;
+  a.map_q = a.map_k = a.map_v = abi::kNoMap;
+  plan::set_args(att, a);
+  const Task gemm = gemm_task();
+  FakeSource s(true);
+  const std::string source_sm90a = [&] {
+    kind_of(att).emit(s, att);
+    return s.text;
+  }();
+  s.arch_ = "sm_90a";
+  CHECK(kind_of(att).path(s, att).find("sm_90a wgmma + TMA, head dim 128") != std::string::npos);
+  CHECK(kind_of(gemm).path(s, gemm).find("sm_90a wgmma + TMA 128x256") != std::string::npos);
+  s.arch_ = "sm_80";
+  CHECK(kind_of(att).path(s, att) ==
+        "attention_tile: mma.sync (sm_80 has no wgmma), head dim 128, tiles of 128 queries, 16 "
+        "rows a warp, blocks of 32 keys");
+  CHECK(kind_of(gemm).path(s, gemm).find("gemm_tile: mma.sync 128x128 (sm_80 has no wgmma") == 0);
+  s.arch_ = "sm_75";
+  CHECK(kind_of(att).path(s, att) == "attention_tile: SIMT (sm_75 has no mma.sync)");
+  CHECK(kind_of(gemm).path(s, gemm) == "gemm_tile: SIMT (sm_75 has no mma.sync)");
+  // The same source whatever the target.
+  s.text.clear();
+  kind_of(att).emit(s, att);
+  CHECK(s.text == source_sm90a);
 }
 
 // The tensor-core attention tile walks keys in blocks of 192 at head dim 64 when the schedule

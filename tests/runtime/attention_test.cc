@@ -37,6 +37,7 @@ Built build(const std::string& name, const std::string& text, int64_t ranks,
   opts.ranks = {ranks};
   opts.defines = defines;
   opts.sms = dev.sm_count / std::max<int64_t>(1, (ranks + device_count() - 1) / device_count());
+  opts.arch = arch.empty() ? dev.arch() : arch;
   b.c = compiler::compile_file(std::make_shared<dsl::SourceFile>(name, text), opts);
   REQUIRE_MESSAGE(b.c->ok(), dsl::render_text(b.c->diagnostics.all(), false));
   jit::JitOptions jo;
@@ -357,6 +358,10 @@ GPU_TEST_CASE("attention without wgmma: the mma.sync tile against fp64") {
   const auto check_tile = [](const Built& b, const std::string& label, bool no_spills = true) {
     CHECK_MESSAGE(b.jit.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos, label);
     CHECK_MESSAGE(b.jit.ptx.find("wgmma") == std::string::npos, label);
+    // The compile summary names the tile that runs.
+    std::string paths;
+    for (const std::string& p : b.c->kernels[0].paths) paths += p + "; ";
+    CHECK_MESSAGE(paths.find("attention_tile: mma.sync") != std::string::npos, paths);
     if (no_spills && b.c->kernels[0].threads <= 384)
       CHECK_MESSAGE(b.jit.spill_bytes == 0, label << ": " << jit::resources_text(b.jit));
     MESSAGE(label << ": " << jit::resources_text(b.jit));

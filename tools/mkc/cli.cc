@@ -41,6 +41,7 @@
 #include "runtime/trace.h"
 #include "runtime/tune_run.h"
 #include "runtime/verify.h"
+#include "support/arch.h"
 #include "support/error.h"
 #include "support/phases.h"
 #include "support/version.h"
@@ -78,7 +79,8 @@ FILE must be a regular file (not a FIFO or a device) of at most 64 MiB.
 constexpr const char* kCompileUsage = R"(usage: mkc compile [options] FILE
 
 Lowers a schedule to one persistent kernel and JIT-compiles it (NVRTC); prints registers, spills,
-shared memory (static + dynamic), CTA roles, compile time and whether the JIT cache hit.
+shared memory (static + dynamic), CTA roles, compile time and whether the JIT cache hit, then the
+device code each task class runs on --arch (wgmma on sm_90a, mma.sync on sm_80+, else SIMT).
 
 options (and -D, --ranks-per-node, --sms, --color as for `mkc check`):
   --ranks N            the world size to build the kernel for (default 2)
@@ -546,7 +548,7 @@ void print_jit_warnings(const jit::JitOutput& j, std::ostream& err) {
 // ptxas's figure.
 std::string smem_text(const jit::JitOutput& j, const codegen::Generated& g,
                       const std::string& arch) {
-  const int64_t dynamic = rt::arch_has_wgmma(arch) ? g.dynamic_smem : g.portable_smem;
+  const int64_t dynamic = mkc::arch_has_wgmma(arch) ? g.dynamic_smem : g.portable_smem;
   if (j.smem_bytes < 0) return fmt::format("smem unknown (static unknown + {} B dynamic)", dynamic);
   return fmt::format("{} B smem ({} static + {} dynamic)", j.smem_bytes + dynamic, j.smem_bytes,
                      dynamic);
@@ -687,6 +689,7 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
   // Only the plan asked for: no kernel is generated (a plan across nodes has none yet).
   const bool plan_only = emit.size() == 1 && emit.count("plan") == 1;
   const auto source = dsl::SourceFile::read(file);
+  f.check.arch = arch;
   // The cubin written stands alone: its tables in it (MKC_TABLES=data: declared, not written).
   auto c = front_end(source, f, err, term, !plan_only, tuned_hook(f, source, arch, err),
                      codegen::CodegenOptions::Tables::kSource);
@@ -777,6 +780,8 @@ int cmd_compile(const std::vector<std::string>& args, std::ostream& out, std::os
                file, g.kernel_name, for_ranks, arch, registers_text(j), spills_text(j),
                smem_text(j, g, arch), roles_text(p), g.task_count(p), j.seconds,
                j.cache_hit ? "cache hit" : "cache miss", planned);
+    // The device code each task class runs on this target.
+    for (const std::string& path : g.paths) fmt::print(out, "  {}\n", path);
   }
   print_phases(phases, process.lap(), err);
   return kExitOk;
@@ -959,6 +964,7 @@ int cmd_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                                               [](const char* n) { return std::getenv(n); });
   // Ranks of one process that share a GPU run side by side: each kernel gets its part of the SMs.
   f.check.sms = std::min<int64_t>(f.check.sms, dev.sm_count / per_gpu);
+  f.check.arch = dev.arch();
   // MKC_TUNE=on: what the database has no entry for is tuned first, in one process only (the
   // ranks of a launched job would each measure, and race to store).
   if (tune::mode_from_env() == tune::Mode::kOn && world.size == 1) {
@@ -1143,6 +1149,7 @@ int cmd_tune(const std::vector<std::string>& args, std::ostream& out, std::ostre
   f.check.ranks_per_node = rt::ranks_per_node(world, f.check.ranks_per_node,
                                               [](const char* n) { return std::getenv(n); });
   f.check.sms = std::min<int64_t>(f.check.sms, dev.sm_count / place.per_gpu);
+  f.check.arch = dev.arch();
   const std::string db = tune_db_path(f);
   if (db.empty())
     throw EnvironmentError(
