@@ -85,13 +85,20 @@ std::string attention_text(const std::string& dtype) {
   return s;
 }
 
+// A shape of kAttention and its -D values.
+struct Shape {
+  int64_t b, h, sq, sk, d, causal;
+  const char* dtype;
+  int64_t kb = 128;  // keys per block asked for: 192 takes 192-key blocks at head dim 64
+  int64_t qb = 128;  // queries per tile: 192 takes three consumer warpgroups at head dim 64
+};
+
+std::map<std::string, int64_t> defines_of(const Shape& s) {
+  return {{"B", s.b}, {"H", s.h},   {"SQ", s.sq},           {"SK", s.sk},
+          {"D", s.d}, {"KB", s.kb}, {"MASK", s.causal + 1}, {"QB", s.qb}};
+}
+
 GPU_TEST_CASE("attention: the tensor-core tile against fp64, every shape class") {
-  struct Shape {
-    int64_t b, h, sq, sk, d, causal;
-    const char* dtype;
-    int64_t kb = 128;  // keys per block asked for: 192 takes 192-key blocks at head dim 64
-    int64_t qb = 128;  // queries per tile: 192 takes three consumer warpgroups at head dim 64
-  };
   const std::vector<Shape> shapes = {
       {1, 1, 128, 128, 128, 0, "bf16"},
       {1, 1, 128, 128, 64, 1, "bf16"},
@@ -130,15 +137,7 @@ GPU_TEST_CASE("attention: the tensor-core tile against fp64, every shape class")
         fmt::format("{} B={} H={} Sq={} Sk={} D={} causal={} key block {} query tile {}", s.dtype,
                     s.b, s.h, s.sq, s.sk, s.d, s.causal, s.kb, s.qb);
     SUBCASE(label.c_str()) {
-      Built b = build("attn", attention_text(s.dtype), 1,
-                      {{"B", s.b},
-                       {"H", s.h},
-                       {"SQ", s.sq},
-                       {"SK", s.sk},
-                       {"D", s.d},
-                       {"MASK", s.causal + 1},
-                       {"KB", s.kb},
-                       {"QB", s.qb}});
+      Built b = build("attn", attention_text(s.dtype), 1, defines_of(s));
       const std::string paths = run(b, 2, label);
       CHECK_MESSAGE(paths.find("wgmma") != std::string::npos, paths);
       // 192-key blocks at head dim 64 with 128-query tiles only, 192-query tiles at head dim 64
@@ -366,32 +365,19 @@ GPU_TEST_CASE("attention without wgmma: the mma.sync tile against fp64") {
       CHECK_MESSAGE(b.jit.spill_bytes == 0, label << ": " << jit::resources_text(b.jit));
     MESSAGE(label << ": " << jit::resources_text(b.jit));
   };
-  struct Shape {
-    int64_t b, h, sq, sk, d, causal;
-    const char* dtype;
-    int64_t qb = 128;
-  };
   for (const Shape& s : std::vector<Shape>{{1, 1, 128, 128, 128, 0, "bf16"},
                                            {2, 4, 1000, 1000, 128, 1, "bf16"},
                                            {4, 1, 129, 385, 64, 0, "bf16"},
                                            {1, 3, 777, 300, 64, 1, "f16"},
                                            {2, 2, 640, 2048, 128, 0, "f16"},
                                            {1, 32, 512, 512, 128, 1, "bf16"},
-                                           {1, 2, 300, 577, 64, 0, "f16", 192},
-                                           {2, 2, 1000, 1000, 64, 1, "bf16", 192}}) {
+                                           {1, 2, 300, 577, 64, 0, "f16", 128, 192},
+                                           {2, 2, 1000, 1000, 64, 1, "bf16", 128, 192}}) {
     const std::string label =
         fmt::format("mma.sync {} B={} H={} Sq={} Sk={} D={} causal={} query tile {}", s.dtype, s.b,
                     s.h, s.sq, s.sk, s.d, s.causal, s.qb);
     SUBCASE(label.c_str()) {
-      Built b = build("attn", attention_text(s.dtype), 1,
-                      {{"B", s.b},
-                       {"H", s.h},
-                       {"SQ", s.sq},
-                       {"SK", s.sk},
-                       {"D", s.d},
-                       {"MASK", s.causal + 1},
-                       {"QB", s.qb}},
-                      arch);
+      Built b = build("attn", attention_text(s.dtype), 1, defines_of(s), arch);
       run(b, 2, label);
       check_tile(b, label);
     }
