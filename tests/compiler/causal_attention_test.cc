@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -247,6 +248,50 @@ TEST_CASE("causal attention with q_start and k_start: the mask moves, blind quer
       const abi::AttentionTileArgs a = args_as<abi::AttentionTileArgs>(t);
       CHECK(a.causal_offset == std::clamp<int64_t>(k.qs - k.ks, -SQ, SK));
     }
+  }
+}
+
+// The order the lowering gives attention tiles, which the scheduler's least-loaded placement
+// follows (lower_compute.cc, kAttentionL2Bytes): causal tiles dearest first within groups of
+// slices whose K and V take at most 16 MB (at head dim 128 and 8,192 keys, 4 MB a slice: groups
+// of four), each group's slices interleaved from their last query tile down; without a mask,
+// slice after slice, first tile first.
+TEST_CASE("attention tiles: causal ones dearest first in groups of slices that fit L2") {
+  const char* text = R"(
+schedule attn {
+  param H = 8, S = 8192, MASK = 2
+  input  Q : bf16[1, H, S, 128]
+  input  K : bf16[1, H, S, 128]
+  input  V : bf16[1, H, S, 128]
+  output O : bf16[1, H, S, 128]
+  compute att = attention(Q, K, V -> O, causal = MASK - 1) tile(128)
+}
+)";
+  const auto file = std::make_shared<dsl::SourceFile>("attn.mks", text);
+  for (const int64_t causal : {1, 0}) {
+    CAPTURE(causal);
+    auto c = testing::compile(file, 1, {{"MASK", causal + 1}});
+    const Plan plan = build_plan(c->checked[0], PassOptions{});
+    std::vector<std::pair<int64_t, int64_t>> got;  // (slice, query tile) in the plan's order
+    std::vector<const Task*> tiles;
+    for (const Task& t : plan.tasks)
+      if (t.kind == TaskKind::kAttentionTile) tiles.push_back(&t);
+    std::sort(tiles.begin(), tiles.end(),
+              [](const Task* a, const Task* b) { return a->order < b->order; });
+    for (const Task* t : tiles) {
+      const auto a = args_as<abi::AttentionTileArgs>(*t);
+      got.emplace_back(a.l, a.q0 / 128);
+    }
+    std::vector<std::pair<int64_t, int64_t>> want;
+    if (causal) {
+      for (int64_t g0 = 0; g0 < 8; g0 += 4)
+        for (int64_t k = 63; k >= 0; --k)
+          for (int64_t l = g0; l < g0 + 4; ++l) want.emplace_back(l, k);
+    } else {
+      for (int64_t l = 0; l < 8; ++l)
+        for (int64_t k = 0; k < 64; ++k) want.emplace_back(l, k);
+    }
+    CHECK(got == want);
   }
 }
 
