@@ -13,8 +13,9 @@
 // time. A warp masks only the sub-blocks its rows do not all see whole, and skips those none of
 // them sees. Needs 16-byte aligned rows (the caller checks: abi views offset by a multiple of 8
 // elements) and abi::attention_portable_smem_bytes(D, threads) of dynamic shared memory (at most
-// 87,168 bytes, within the 99 KB an sm_86/sm_89 CTA may have; the kernel's launch gives it where
-// the GPU is older than Hopper, Generated::portable_smem). Compiled by NVRTC only.
+// 87,168 bytes, within the 99 KB an sm_86/sm_89 CTA may have; the runtime launches with
+// Generated::portable_smem wherever the target has no wgmma, support/arch.h). Compiled by NVRTC
+// only.
 #pragma once
 
 #include "mkc/attention_simt.cuh"
@@ -42,7 +43,8 @@ __device__ __forceinline__ float attn_ex2(float x) {
   return y;
 }
 
-// Key block kb (keys kb * 64 ...) into one stage: K then V, 64 rows each (K and V the slice's).
+// Key block kb (keys kb * attn_keys<D>() ...) into one stage: K then V, a row per key (K and V
+// the slice's).
 template <typename T, int D>
 __device__ __forceinline__ void attn_load_kv(T* sk, T* sv, const T* K, const T* V, int Sk, int kb) {
   constexpr int kAttnKeys = attn_keys<D>(), kChunks = D / 8;  // 16-byte pieces per row
