@@ -646,58 +646,53 @@ void Lowerer::lower_attention(int i) {
       }
     }
     // The tiles' order, which the scheduler's least-loaded placement (schedule.cc) follows:
-    // slice after slice, so that the slices whose K and V are read at one time fit in L2. Causal
-    // (without packed sequences): dearest first within groups of slices whose K and V together
-    // take at most kAttentionL2Bytes (FlashAttention-3's sections), each slice's last tiles (the
-    // most keys) first, so that every group ends with light tiles. Dearest first over all slices
-    // was measured 44% slower at 16 x 16 x 2048 x 128 (H100, 2026-12-07: 132 slices' K and V in
-    // the first wave, 1 MB each); slice after slice leaves each slice's light tiles for the end of
-    // the slice, where the next slice's heavy ones wait behind them.
+    // slice after slice (groups of one), so that the slices whose K and V are read at one time fit
+    // in L2. Causal (without packed sequences): dearest first within groups of slices whose K and
+    // V together take at most kAttentionL2Bytes (FlashAttention-3's sections), each slice's last
+    // tiles (the most keys) first, so that every group ends with light tiles. Dearest first over
+    // all slices was measured 44% slower at 16 x 16 x 2048 x 128 (H100, 2026-12-07: 132 slices'
+    // K and V in the first wave, 1 MB each); slice after slice leaves each slice's light tiles for
+    // the end of the slice, where the next slice's heavy ones wait behind them.
     const int64_t kv_bytes = std::max<int64_t>(
         1, kv.shape[n - 2] *
                (kv.shape[n - 1] * compiler::dtype_bytes(s_.tensors[op.inputs[1].tensor].dtype) +
                 vv.shape[n - 1] * compiler::dtype_bytes(s_.tensors[op.inputs[2].tensor].dtype)));
     const int64_t group =
         causal && seqlens < 0 ? std::max<int64_t>(1, kAttentionL2Bytes / kv_bytes) : 1;
-    std::vector<std::pair<int64_t, int64_t>> order;  // (slice, tile from the slice's last)
-    order.reserve(static_cast<size_t>(L * tiles));
     for (int64_t g0 = 0; g0 < L; g0 += group) {
       for (int64_t qi = 0; qi < tiles; ++qi) {
-        for (int64_t l = g0; l < std::min(L, g0 + group); ++l) order.emplace_back(l, qi);
-      }
-    }
-    for (const auto& [l, qi] : order) {
-      const std::vector<int64_t> at = unravel(l);
-      {
-        // Causal: a slice's last tiles see the most keys and come first.
-        const int64_t q0 = (causal ? tiles - 1 - qi : qi) * bq, q1 = std::min(Sq, q0 + bq);
-        Task t = task(i, r, TaskKind::kAttentionTile,
-                      fmt::format("{}.tile({}, {})", name_of(op), l, q0 / bq));
-        t.views = {flat(qv), flat(kv), flat(vv), flat(ov)};
-        const auto [tile_first, tile_last, before] = ends[q0 / bq];
-        set_args(t, abi::AttentionTileArgs{l, q0, q1, causal, offset, acc ? 1 : 0,
-                                           tile_first ? 1 : 0, tile_last ? 1 : 0, scale_bits,
-                                           abi::kNoMap, abi::kNoMap, abi::kNoMap, key_block, bq,
-                                           seqlens >= 0 ? (acc ? 7 : 4) : 0});
-        t.reads = {rows(qv, at, q0, q1), rows(kv, at, 0, kv.shape[n - 2]),
-                   rows(vv, at, 0, vv.shape[n - 2])};
-        if (acc) {
-          for (int k = 0; k < 3; ++k) t.views.push_back(whole(state + k, r));
-          for (int k = 0; k < 3; ++k) {
-            const Box b = box(whole(state + k, r), {l, q0}, {l + 1, q1});
-            if (!tile_first && !before) t.reads.push_back(b);
-            t.writes.push_back(b);
+        for (int64_t l = g0; l < std::min(L, g0 + group); ++l) {
+          const std::vector<int64_t> at = unravel(l);
+          // Causal: a slice's last tiles see the most keys and come first.
+          const int64_t q0 = (causal ? tiles - 1 - qi : qi) * bq, q1 = std::min(Sq, q0 + bq);
+          Task t = task(i, r, TaskKind::kAttentionTile,
+                        fmt::format("{}.tile({}, {})", name_of(op), l, q0 / bq));
+          t.views = {flat(qv), flat(kv), flat(vv), flat(ov)};
+          const auto [tile_first, tile_last, before] = ends[q0 / bq];
+          set_args(t, abi::AttentionTileArgs{l, q0, q1, causal, offset, acc ? 1 : 0,
+                                             tile_first ? 1 : 0, tile_last ? 1 : 0, scale_bits,
+                                             abi::kNoMap, abi::kNoMap, abi::kNoMap, key_block, bq,
+                                             seqlens >= 0 ? (acc ? 7 : 4) : 0});
+          t.reads = {rows(qv, at, q0, q1), rows(kv, at, 0, kv.shape[n - 2]),
+                     rows(vv, at, 0, vv.shape[n - 2])};
+          if (acc) {
+            for (int k = 0; k < 3; ++k) t.views.push_back(whole(state + k, r));
+            for (int k = 0; k < 3; ++k) {
+              const Box b = box(whole(state + k, r), {l, q0}, {l + 1, q1});
+              if (!tile_first && !before) t.reads.push_back(b);
+              t.writes.push_back(b);
+            }
           }
+          if (seqlens >= 0) {
+            const View lv = whole(seqlens, r);
+            t.views.push_back(lv);
+            t.reads.push_back(whole_box(lv));
+          }
+          // The group's last instance is said to write O too, whichever instance does: what waits
+          // for it (`after att[R - 1].tile`) waits for the tile's real last through the chain.
+          if (tile_last || last) t.writes.push_back(rows(ov, at, q0, q1));
+          emit(std::move(t));
         }
-        if (seqlens >= 0) {
-          const View lv = whole(seqlens, r);
-          t.views.push_back(lv);
-          t.reads.push_back(whole_box(lv));
-        }
-        // The group's last instance is said to write O too, whichever instance does: what waits
-        // for it (`after att[R - 1].tile`) waits for the tile's real last through the chain.
-        if (tile_last || last) t.writes.push_back(rows(ov, at, q0, q1));
-        emit(std::move(t));
       }
     }
   }

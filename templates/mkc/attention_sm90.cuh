@@ -869,7 +869,6 @@ __device__ void attention_chain_tma(const KernelArgs& a, const abi::TaskRecord* 
   }
   __syncthreads();
 #else
-  (void)smem;
   (void)next_args;
   (void)next_v;
   // Without wgmma: the mma.sync tile (attention_sm80.cuh; the SIMT tile before sm_80).

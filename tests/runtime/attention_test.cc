@@ -347,8 +347,18 @@ GPU_TEST_CASE("attention without wgmma: the mma.sync tile against fp64") {
   // On Hopper, the runtime takes the GPU for one without wgmma too (MKC_ARCH, read by
   // DeviceInfo::arch): the kernel then gets the portable tiles' shared memory, as on an A100.
   struct ArchGuard {
-    explicit ArchGuard(const std::string& a) { setenv("MKC_ARCH", a.c_str(), 1); }
-    ~ArchGuard() { unsetenv("MKC_ARCH"); }
+    explicit ArchGuard(const std::string& a) {
+      if (const char* was = std::getenv("MKC_ARCH")) before = was;
+      setenv("MKC_ARCH", a.c_str(), 1);
+    }
+    ~ArchGuard() {
+      if (before.empty()) {
+        unsetenv("MKC_ARCH");
+      } else {
+        setenv("MKC_ARCH", before.c_str(), 1);
+      }
+    }
+    std::string before;
   } guard(arch);
   // The kernel runs mma.sync and no wgmma, and an attention-only kernel of 384 threads (168
   // registers) spills nothing. At 512 (192-query tiles: 128 registers) ptxas spills 192 bytes of
