@@ -208,14 +208,22 @@ __device__ __forceinline__ void attn_mask(float* sc, int key0, int Sk, bool caus
   const bool ragged = key0 + kN > Sk;
   const bool diagonal = causal && key0 + kN - 1 > row0;
   if (!ragged && !diagonal) return;
+  // Row h sees the keys up to its last, min(Sk - 1, qrow[h]); as an offset from this thread's
+  // first column, each element's test is one compare with a constant (and one select): two
+  // instructions an element, not the three or four of comparing its key against both bounds.
+  int last[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int k = causal && qrow[h] < Sk - 1 ? qrow[h] : Sk - 1;
+    last[h] = k - key0 - 2 * (lane % 4);
+  }
 #pragma unroll
   for (int g = 0; g < kN / 8; ++g) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int key = key0 + 8 * g + 2 * (lane % 4) + e;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (key >= Sk || (causal && key > qrow[h])) sc[4 * g + 2 * h + e] = neg_inf();
+        if (8 * g + e > last[h]) sc[4 * g + 2 * h + e] = neg_inf();
       }
     }
   }
@@ -265,12 +273,14 @@ __device__ __forceinline__ void attn_softmax(float* sc, float* m, float* l, floa
   static_assert((kN / 8) % kChains == 0, "the chains split the row's groups evenly");
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    // Each chain starts from its first group, not from -inf or 0: a max with -inf and an add of
+    // 0 are instructions ptxas may not drop (8 of each a block).
     float part[kChains];
 #pragma unroll
-    for (int c = 0; c < kChains; ++c) part[c] = neg_inf();
-#pragma unroll
-    for (int g = 0; g < kN / 8; ++g)
-      part[g % kChains] = fmaxf(part[g % kChains], fmaxf(sc[4 * g + 2 * h], sc[4 * g + 2 * h + 1]));
+    for (int g = 0; g < kN / 8; ++g) {
+      const float pair = fmaxf(sc[4 * g + 2 * h], sc[4 * g + 2 * h + 1]);
+      part[g % kChains] = g < kChains ? pair : fmaxf(part[g % kChains], pair);
+    }
     float mx = part[0];
 #pragma unroll
     for (int c = 1; c < kChains; ++c) mx = fmaxf(mx, part[c]);
@@ -282,13 +292,12 @@ __device__ __forceinline__ void attn_softmax(float* sc, float* m, float* l, floa
     alpha[h] = ex2(m[h] - m_use);
     m[h] = m_new;
 #pragma unroll
-    for (int c = 0; c < kChains; ++c) part[c] = 0.0f;
-#pragma unroll
     for (int g = 0; g < kN / 8; ++g) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         sc[4 * g + 2 * h + e] = ex2(fmaf(sc[4 * g + 2 * h + e], scale2, -m_use));
-        part[g % kChains] += sc[4 * g + 2 * h + e];
+        part[g % kChains] =
+            g < kChains && e == 0 ? sc[4 * g + 2 * h] : part[g % kChains] + sc[4 * g + 2 * h + e];
       }
     }
     float sum = part[0];
@@ -323,31 +332,48 @@ __device__ __forceinline__ void attn_rescale(float* o, const float* alpha) {
   }
 }
 
-// S = Q Kᵀ for this warpgroup's 64 rows against the key block in k_smem (issued, not waited).
-template <typename T, int D, int BN, int BQ>
-__device__ __forceinline__ void attn_issue_qk(float* sc, const unsigned char* q_smem,
-                                              const unsigned char* k_smem, int w) {
+// The descriptors a consumer warpgroup's wgmmas start from, computed once per tile: its 64 rows
+// of Q, and the ring's first stage's K (K-major) and V (N-major); a stage's and a step's are
+// these moved by a constant (desc_plus), so the block loop builds none (it built two for each of
+// its wgmmas: 60 uniform instructions of a block's 500 at head dim 64).
+struct AttnDescs {
+  u64 q, k, v;
+};
+template <int D, int BN, int BQ>
+__device__ __forceinline__ AttnDescs attn_descs(const unsigned char* q_smem,
+                                                const unsigned char* ring, int w) {
   using S = AttnShape<D, BN, BQ>;
+  return {smem_desc(q_smem + w * 64 * 128, 16, 1024), smem_desc(ring, 16, 1024),
+          smem_desc(ring + S::kKBytes, S::kKBoxBytes, 1024)};
+}
+
+// S = Q Kᵀ for this warpgroup's 64 rows (descriptor dq) against the key block of stage s
+// (issued, not waited).
+template <typename T, int D, int BN, int BQ>
+__device__ __forceinline__ void attn_issue_qk(float* sc, const AttnDescs& dd, int s) {
+  using S = AttnShape<D, BN, BQ>;
+  const u64 dk = desc_plus(dd.k, s * (S::kStageBytes / 16));
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     // 16 head-dim columns = 32 bytes along a row inside a 64-column box.
     const int box = kk / 4, within = (kk % 4) * 32;
-    const u64 da = smem_desc(q_smem + box * S::kQBoxBytes + w * 64 * 128 + within, 16, 1024);
-    const u64 db = smem_desc(k_smem + box * S::kKBoxBytes + within, 16, 1024);
+    const u64 da = desc_plus(dd.q, (box * S::kQBoxBytes + within) / 16);
+    const u64 db = desc_plus(dk, (box * S::kKBoxBytes + within) / 16);
     // B = K is K-major (no transpose); the first step overwrites S.
     wgmma_tile<T, S::kBN, 0>(sc, da, db, kk > 0);
   }
 }
 
-// O += P V for the key block whose V is in v_smem (issued, not waited).
+// O += P V for the key block whose V is in stage s (issued, not waited).
 template <typename T, int D, int BN>
-__device__ __forceinline__ void attn_issue_pv(float* o, const unsigned* p,
-                                              const unsigned char* v_smem) {
+__device__ __forceinline__ void attn_issue_pv(float* o, const unsigned* p, const AttnDescs& dd,
+                                              int s) {
   using S = AttnShape<D, BN>;
+  const u64 dv = desc_plus(dd.v, s * (S::kStageBytes / 16));
 #pragma unroll
   for (int kk = 0; kk < S::kBN / 16; ++kk) {
     // V N-major: 16 keys = 16 rows of 128 bytes down; 64-column boxes kKBoxBytes apart.
-    const u64 db = smem_desc(v_smem + kk * 16 * 128, S::kKBoxBytes, 1024);
+    const u64 db = desc_plus(dv, kk * 16 * 128 / 16);
     // A = P from registers, four words per 16-key step (attn_pack_p).
     wgmma_tile_rs<T, D>(o, p + 4 * kk, db);
   }
@@ -423,6 +449,10 @@ __device__ __forceinline__ bool attention_consumer(
   // descriptors were computed per thread and moved to uniform registers (32 R2UR a block), and
   // the loop ran 10% slower (H100, 2026-12-07).
   mine = __shfl_sync(0xffffffffu, mine, 0);
+  // The tile's descriptors; Q's start address broadcast for the same reason (the slot and w).
+  AttnDescs dd = attn_descs<D, BN, BQ>(q_smem, ring, w);
+  dd.q = (dd.q & 0xFFFFFFFF00000000ull) |
+         __shfl_sync(0xffffffffu, static_cast<unsigned>(dd.q), 0);
   const float scale2 = static_cast<float>(__longlong_as_double(at.scale_bits) * 1.4426950408889634);
   float o[D / 2];
 #pragma unroll
@@ -471,7 +501,7 @@ __device__ __forceinline__ bool attention_consumer(
       float sc[kN / 2];
       turns.begin();
       wgmma_fence();
-      attn_issue_qk<T, D, BN, BQ>(sc, q_smem, ring + s0 * S::kStageBytes, w);
+      attn_issue_qk<T, D, BN, BQ>(sc, dd, s0);
       wgmma_commit();
       turns.end();
       wgmma_wait<0>();
@@ -498,13 +528,13 @@ __device__ __forceinline__ bool attention_consumer(
     float sc[kN / 2];
     turns.begin();
     wgmma_fence();
-    attn_issue_qk<T, D, BN, BQ>(sc, q_smem, ring + s * S::kStageBytes, w);
+    attn_issue_qk<T, D, BN, BQ>(sc, dd, s);
     wgmma_commit();
     // O is not in use by a wgmma here: the rescale of the last softmax goes under Q Kᵀ.
     attn_rescale<D>(o, alpha);
     pin_regs<D / 2>(o);
     wgmma_fence();
-    attn_issue_pv<T, D, BN>(o, p, ring + sp * S::kStageBytes + S::kKBytes);
+    attn_issue_pv<T, D, BN>(o, p, dd, sp);
     wgmma_commit();
     turns.end();
     wgmma_wait<1>();
@@ -536,7 +566,7 @@ __device__ __forceinline__ bool attention_consumer(
       attn_rescale<D>(o, alpha);
       pin_regs<D / 2>(o);
       wgmma_fence();
-      attn_issue_pv<T, D, BN>(o, p, ring + s * S::kStageBytes + S::kKBytes);
+      attn_issue_pv<T, D, BN>(o, p, dd, s);
       wgmma_commit();
       turns.end();
       wgmma_wait<0>();

@@ -165,6 +165,15 @@ __device__ __forceinline__ u64 smem_desc(const void* p, unsigned lbo, unsigned s
          (static_cast<u64>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
+// The descriptor of d's matrix moved `units` 16-byte units further into shared memory: the start
+// address is the low word's bits 0-13 and an address stays below 256 KB, so the sum never
+// carries into the leading byte offset (bits 16-29) and the high word is kept as it is. One
+// 32-bit add where smem_desc of the moved pointer costs five uniform instructions (mask, shift,
+// or, and the high word's move) in front of every wgmma.
+__device__ __forceinline__ u64 desc_plus(u64 d, unsigned units) {
+  return (d & 0xFFFFFFFF00000000ull) | static_cast<unsigned>(static_cast<unsigned>(d) + units);
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
