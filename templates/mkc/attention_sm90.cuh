@@ -241,15 +241,21 @@ __device__ __forceinline__ void attn_mask_seqs(float* sc, int key0, bool causal,
   const bool inside = key0 >= wlo && key0 + kN <= whi;
   const bool diagonal = causal && key0 + kN - 1 > row0;
   if (inside && !diagonal) return;
+  // Row h's first and last visible keys as offsets from this thread's first column (attn_mask).
+  int first[2], last[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int k = causal && qrow[h] < rhi[h] - 1 ? qrow[h] : rhi[h] - 1;
+    first[h] = rlo[h] - key0 - 2 * (lane % 4);
+    last[h] = k - key0 - 2 * (lane % 4);
+  }
 #pragma unroll
   for (int g = 0; g < kN / 8; ++g) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int key = key0 + 8 * g + 2 * (lane % 4) + e;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (key < rlo[h] || key >= rhi[h] || (causal && key > qrow[h]))
-          sc[4 * g + 2 * h + e] = neg_inf();
+        if (8 * g + e < first[h] || 8 * g + e > last[h]) sc[4 * g + 2 * h + e] = neg_inf();
       }
     }
   }
