@@ -394,7 +394,20 @@ class Generator final : public kinds::Source {
         }
         ++nw;
       }
-      for (const plan::Signal& s : t.signals) {
+      // A task's signals by (rank, slot), not in the order the dependencies made them: each row
+      // then follows from the signalled counters alone, not from the order in which the world's
+      // consumers were met (docs/RANK_PLANS.md). The device signals after the task's work, each
+      // independently of the others, so the order does nothing else.
+      std::vector<const plan::Signal*> signals;
+      signals.reserve(t.signals.size());
+      for (const plan::Signal& s : t.signals) signals.push_back(&s);
+      std::stable_sort(signals.begin(), signals.end(),
+                       [&](const plan::Signal* a, const plan::Signal* b) {
+                         const plan::Event &ea = p_.events[a->event], &eb = p_.events[b->event];
+                         return std::make_pair(ea.rank, ea.slot) < std::make_pair(eb.rank, eb.slot);
+                       });
+      for (const plan::Signal* sp : signals) {
+        const plan::Signal& s = *sp;
         const int scope = s.handoff == plan::HandOff::kLocal      ? abi::kScopeGpu
                           : s.handoff == plan::HandOff::kPeerFlag ? abi::kScopeSystem
                                                                   : abi::kScopeProxy;

@@ -1,6 +1,7 @@
 #include "compiler/passes/schedule.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -94,90 +95,99 @@ int64_t task_cost(const Plan& p, const Task& t) {
 // order: the i-th half on CTA 2c is half 0 of a pair whose half 1 is the i-th on CTA 2c + 1 (the
 // rings of the two go through the same tiles, each pair's last tile is the last on both, and
 // neither CTA waits for work the other has not reached); and no half waits for anything of its
-// launch (no wait can hold one half back while the other waits for it). Why a plan breaks the
-// rule, or "".
-std::string pair_rule_broken(const Plan& p) {
-  for (size_t r = 0; r < p.cta_tasks.size(); ++r) {
-    const std::vector<std::vector<int>>& lists = p.cta_tasks[r];
-    // Each CTA's pair halves, in its order.
-    std::vector<std::vector<int>> halves(lists.size());
-    for (size_t c = 0; c < lists.size(); ++c) {
-      bool lead = true;    // only bookkeeping so far
-      bool after = false;  // other work seen since
-      for (const int ti : lists[c]) {
-        const Task& t = p.tasks[ti];
-        const kinds::Kind& kind = kinds::kind_of(t);
-        const int half = kind.pair_half(t);
-        if (half < 0) {
-          const bool free =
-              kind.bookkeeping() && std::none_of(t.waits.begin(), t.waits.end(),
-                                                 [](const Wait& w) { return w.lag == 0; });
-          if (!(lead && free)) after = true;
-          continue;
-        }
-        lead = false;
-        if (after)
-          return fmt::format("{} (rank {}) comes after other work on CTA {}", t.label, r, c);
-        if (static_cast<size_t>(half) != c % 2)
-          return fmt::format("{} (rank {}), half {} of its pair, is on CTA {}", t.label, r, half,
-                             c);
-        for (const Wait& w : t.waits) {
-          if (w.lag == 0)
-            return fmt::format("{} (rank {}) waits for `{}`", t.label, r, p.events[w.event].name);
-        }
-        halves[c].push_back(ti);
+// launch (no wait can hold one half back while the other waits for it). Why rank r's lists break
+// the rule, or "": a pair's two CTAs are on one GPU, so the rule is a rank's own.
+std::string pair_rule_broken(const Plan& p, size_t r) {
+  const std::vector<std::vector<int>>& lists = p.cta_tasks[r];
+  // Each CTA's pair halves, in its order.
+  std::vector<std::vector<int>> halves(lists.size());
+  for (size_t c = 0; c < lists.size(); ++c) {
+    bool lead = true;    // only bookkeeping so far
+    bool after = false;  // other work seen since
+    for (const int ti : lists[c]) {
+      const Task& t = p.tasks[ti];
+      const kinds::Kind& kind = kinds::kind_of(t);
+      const int half = kind.pair_half(t);
+      if (half < 0) {
+        const bool free =
+            kind.bookkeeping() &&
+            std::none_of(t.waits.begin(), t.waits.end(), [](const Wait& w) { return w.lag == 0; });
+        if (!(lead && free)) after = true;
+        continue;
       }
+      lead = false;
+      if (after) return fmt::format("{} (rank {}) comes after other work on CTA {}", t.label, r, c);
+      if (static_cast<size_t>(half) != c % 2)
+        return fmt::format("{} (rank {}), half {} of its pair, is on CTA {}", t.label, r, half, c);
+      for (const Wait& w : t.waits) {
+        if (w.lag == 0)
+          return fmt::format("{} (rank {}) waits for `{}`", t.label, r, p.events[w.event].name);
+      }
+      halves[c].push_back(ti);
     }
-    for (size_t c = 0; c < lists.size(); c += 2) {
-      const size_t n0 = halves[c].size(), n1 = c + 1 < lists.size() ? halves[c + 1].size() : 0;
-      for (size_t i = 0; i < std::max(n0, n1); ++i) {
-        if (i < n0 && i < n1 && halves[c + 1][i] == halves[c][i] + 1) continue;
-        const int ti = i < n0 ? halves[c][i] : halves[c + 1][i];
-        return fmt::format(
-            "{} (rank {}) and the other half of its pair are not the {}th pair "
-            "half of CTAs {} and {}",
-            p.tasks[ti].label, r, i + 1, c, c + 1);
-      }
+  }
+  for (size_t c = 0; c < lists.size(); c += 2) {
+    const size_t n0 = halves[c].size(), n1 = c + 1 < lists.size() ? halves[c + 1].size() : 0;
+    for (size_t i = 0; i < std::max(n0, n1); ++i) {
+      if (i < n0 && i < n1 && halves[c + 1][i] == halves[c][i] + 1) continue;
+      const int ti = i < n0 ? halves[c][i] : halves[c + 1][i];
+      return fmt::format(
+          "{} (rank {}) and the other half of its pair are not the {}th pair "
+          "half of CTAs {} and {}",
+          p.tasks[ti].label, r, i + 1, c, c + 1);
     }
   }
   return "";
 }
 
-}  // namespace
-
-int64_t compute_ctas(const std::map<std::string, int64_t>& roles, bool any_comm, bool any_compute,
-                     int64_t sms) {
-  if (!roles.empty()) return roles.count("compute") ? roles.at("compute") : 0;
-  if (any_comm && any_compute) return sms - std::clamp<int64_t>(sms / 8, 1, 16);
-  return any_comm ? 0 : sms;
+// Whether every wait of this launch goes from a lower task id to a higher one: then the
+// topological order below, which takes the lowest ready id first, is the id order itself (each
+// task's producers all come before it), and a rank can know its tasks' order from their ids
+// alone. Every sample's plan is such (tests/compiler/schedule_test.cc: R 1, 2, 4 and 2 x 4); a plan
+// with a wait on a later task (one made by hand, or a cycle) is sorted instead, which keeps the
+// order the sort always gave. Checks on the way that each wait counts its event's producers.
+bool waits_go_forward(const Plan& p, const ByEvent& by_event) {
+  bool forward = true;
+  for (size_t t = 0; t < p.tasks.size(); ++t) {
+    for (const Wait& w : p.tasks[t].waits) {
+      const size_t prs = by_event.size(w.event);
+      // A plan of some ranks (LowerOptions::ranks) lacks the producers on the others: a wait on
+      // them is left out of the order (the ranks the plan is exact for have none such).
+      if (!p.lowered.empty() && static_cast<int64_t>(prs) < w.count) continue;
+      if (static_cast<int64_t>(prs) != w.count)
+        throw InternalError(
+            fmt::format("event {} of task {} has {} producer(s), the wait counts {}",
+                        p.events[w.event].name, p.tasks[t].label, prs, w.count));
+      if (w.lag != 0 || prs == 0) continue;
+      // Producers are listed in task order: the last is the highest.
+      if (by_event.end(w.event)[-1] >= static_cast<int>(t)) forward = false;
+    }
+  }
+  return forward;
 }
 
-void schedule(Plan& plan, const ScheduleOptions& options) {
+// Sets each task's `order` by a topological sort over this launch's waits (lagged waits point at
+// the previous launch), through the events: a task is ready when every event it waits for has all
+// its signals, the lowest-numbered ready task first. An edge per (producer, consumer) pair was
+// 10^7 edges and 3.5 GB for attention tiles of 7 rows, each waiting for its K,V block's 128
+// chunks; per wait and per signal, the graph is as large as the plan. Throws on a cycle.
+void sort_topologically(Plan& plan, const ByEvent& by_event) {
   const size_t n = plan.tasks.size();
-  const ByEvent by_event = producers(plan);
-  // Topological order over this launch's waits (lagged waits point at the previous launch),
-  // through the events: a task is ready when every event it waits for has all its signals, the
-  // lowest-numbered ready task first. An edge per (producer, consumer) pair was 10^7 edges and
-  // 3.5 GB for attention tiles of 7 rows, each waiting for its K,V block's 128 chunks; per wait and
-  // per signal, the graph is as large as the plan.
   std::vector<int> indeg(n, 0);  // waits not yet satisfied
   std::vector<int64_t> remaining(plan.events.size());
   for (size_t e = 0; e < plan.events.size(); ++e)
     remaining[e] = static_cast<int64_t>(by_event.size(e));
   // The tasks that wait for each event within this launch, in task order (counted, then placed).
+  // waits_go_forward has checked the counts.
+  const auto counted = [&](const Wait& w) {
+    const size_t prs = by_event.size(w.event);
+    return static_cast<int64_t>(prs) == w.count && w.lag == 0 && prs != 0;
+  };
   ByEvent waiters;
   waiters.at.assign(plan.events.size() + 1, 0);
   for (size_t t = 0; t < n; ++t) {
     for (const Wait& w : plan.tasks[t].waits) {
-      const size_t prs = by_event.size(w.event);
-      // A plan of some ranks (LowerOptions::ranks) lacks the producers on the others: a wait on
-      // them is left out of the order (the ranks the plan is exact for have none such).
-      if (!plan.lowered.empty() && static_cast<int64_t>(prs) < w.count) continue;
-      if (static_cast<int64_t>(prs) != w.count)
-        throw InternalError(
-            fmt::format("event {} of task {} has {} producer(s), the wait counts {}",
-                        plan.events[w.event].name, plan.tasks[t].label, prs, w.count));
-      if (w.lag != 0 || prs == 0) continue;
+      if (!counted(w)) continue;
       ++indeg[t];
       ++waiters.at[w.event + 1];
     }
@@ -188,9 +198,7 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
     std::vector<size_t> next(waiters.at.begin(), waiters.at.end() - 1);
     for (size_t t = 0; t < n; ++t) {
       for (const Wait& w : plan.tasks[t].waits) {
-        const size_t prs = by_event.size(w.event);
-        if (static_cast<int64_t>(prs) != w.count || w.lag != 0 || prs == 0) continue;
-        waiters.items[next[w.event]++] = static_cast<int>(t);
+        if (counted(w)) waiters.items[next[w.event]++] = static_cast<int>(t);
       }
     }
   }
@@ -211,6 +219,27 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
     }
   }
   if (order != static_cast<int>(n)) report_cycle(plan, by_event, indeg);
+}
+
+}  // namespace
+
+int64_t compute_ctas(const std::map<std::string, int64_t>& roles, bool any_comm, bool any_compute,
+                     int64_t sms) {
+  if (!roles.empty()) return roles.count("compute") ? roles.at("compute") : 0;
+  if (any_comm && any_compute) return sms - std::clamp<int64_t>(sms / 8, 1, 16);
+  return any_comm ? 0 : sms;
+}
+
+void schedule(Plan& plan, const ScheduleOptions& options) {
+  const size_t n = plan.tasks.size();
+  {
+    const ByEvent by_event = producers(plan);
+    if (waits_go_forward(plan, by_event)) {
+      for (size_t t = 0; t < n; ++t) plan.tasks[t].order = static_cast<int>(t);
+    } else {
+      sort_topologically(plan, by_event);
+    }
+  }
 
   // Roles.
   // Fences and launch ends are bookkeeping: they do not ask for comm CTAs by themselves.
@@ -253,17 +282,33 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
       next_any(plan.ranks, 0);
   std::vector<std::vector<int64_t>> comm_load(plan.ranks, std::vector<int64_t>(comm, 0));
   std::vector<std::vector<int64_t>> costed_load(plan.ranks, std::vector<int64_t>(compute, 0));
+  const auto on_comm_cta = [&](const kinds::Kind& kind) {
+    return comm > 0 && (kind.is_comm() || compute == 0);
+  };
   // A group's CTA, the same on every rank: groups take the comm CTAs in turn, shifted by one CTA
   // each round, so that a CTA's chunks do not all have the same owner (a two-shot all-reduce's
   // owner of chunk c is rank c mod R: with an even CTA count and R = 2, plain turns gave half the
-  // CTAs every reduction and the other half only sends).
-  std::map<std::pair<int, int64_t>, int64_t> group_cta;
-  int64_t next_group = 0;
+  // CTAs every reduction and the other half only sends). Group g of operation o is turn
+  // base(o) + g, the operations' groups one after the other in program order: a closed form
+  // that a rank computes from its own tasks (every rank has tasks in every group of a collective,
+  // its last included), where numbering the groups as the world's tasks first meet them needed
+  // every rank's. The lowering numbers each operation's groups from 0 in the order its tasks meet
+  // them, so the two numberings agree.
+  // first_turn[o + 1]: operation o's (-1: no operation's, in a plan made by hand).
+  std::vector<int64_t> first_turn(1, 0);
+  for (const Task& task : plan.tasks) {
+    const kinds::Kind& kind = kinds::kind_of(task);
+    if (task.group < 0 || kind.runs_anywhere() || !on_comm_cta(kind)) continue;
+    const size_t o = static_cast<size_t>(task.op + 1);
+    if (first_turn.size() < o + 2) first_turn.resize(o + 2, 0);
+    first_turn[o + 1] = std::max(first_turn[o + 1], task.group + 1);
+  }
+  for (size_t o = 1; o < first_turn.size(); ++o) first_turn[o] += first_turn[o - 1];
   for (int t : by_order) {
     Task& task = plan.tasks[t];
     const kinds::Kind& kind = kinds::kind_of(task);
     int cta;
-    const bool on_comm = comm > 0 && (kind.is_comm() || compute == 0);
+    const bool on_comm = on_comm_cta(kind);
     std::optional<int64_t> compute_load;
     if (kind.runs_anywhere()) {
       // Row moves: every CTA in turn, comm CTAs first (they have no persistent worker after).
@@ -272,10 +317,8 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
       std::vector<int64_t>& load = comm_load[task.rank];
       int64_t best = next_comm[task.rank] % comm;
       if (task.group >= 0) {
-        const auto [it, fresh] =
-            group_cta.try_emplace({task.op, task.group}, (next_group + next_group / comm) % comm);
-        if (fresh) ++next_group;
-        best = it->second;
+        const int64_t turn = first_turn[task.op + 1] + task.group;
+        best = (turn + turn / comm) % comm;
       } else {
         for (int64_t i = 1; i < comm; ++i) {
           const int64_t c = (next_comm[task.rank] + i) % comm;
@@ -310,21 +353,44 @@ void schedule(Plan& plan, const ScheduleOptions& options) {
     plan.cta_tasks[task.rank][cta].push_back(t);
   }
 
-  // Pairs the lowering made for 2-CTA clusters run as such only where the lists keep the pair
-  // rule; else every tile runs on its own (the same work, B loaded by each).
-  const std::string broken = pair_rule_broken(plan);
+  // Pairs the lowering made for 2-CTA clusters run as such only where their rank's lists keep
+  // the pair rule; else each tile of that rank runs on its own (the same work, B loaded by each).
+  // Decided rank by rank, from the rank's own lists, so that a rank planned alone decides as the
+  // world does.
+  std::vector<char> broken_on(plan.cta_tasks.size(), 0);
+  std::string broken;  // the first broken rank's reason
+  for (size_t r = 0; r < plan.cta_tasks.size(); ++r) {
+    const std::string why = pair_rule_broken(plan, r);
+    if (why.empty()) continue;
+    broken_on[r] = 1;
+    if (broken.empty()) broken = why;
+  }
   if (!broken.empty()) {
-    bool any = false;
+    std::vector<int> unpaired;  // the ranks whose pairs are undone
+    bool others_paired = false;
     for (Task& t : plan.tasks) {
       const kinds::Kind& kind = kinds::kind_of(t);
       if (kind.pair_half(t) < 0) continue;
+      if (!broken_on[t.rank]) {
+        others_paired = true;
+        continue;
+      }
       kind.unpair(t);
-      any = true;
+      if (unpaired.empty() || unpaired.back() != t.rank) unpaired.push_back(t.rank);
     }
-    if (any)
+    std::sort(unpaired.begin(), unpaired.end());
+    unpaired.erase(std::unique(unpaired.begin(), unpaired.end()), unpaired.end());
+    if (!unpaired.empty() && !others_paired) {
       plan.decisions.push_back(Decision{
           "(schedule)", "no 2-CTA clusters",
           fmt::format("the lists break the pair rule: {}; the tiles run unpaired", broken)});
+    } else if (!unpaired.empty()) {
+      plan.decisions.push_back(Decision{
+          "(schedule)", "no 2-CTA clusters on some ranks",
+          fmt::format("the lists of rank(s) {} break the pair rule: {}; their tiles run unpaired, "
+                      "the other ranks' in pairs",
+                      fmt::join(unpaired, ", "), broken)});
+    }
   }
 }
 

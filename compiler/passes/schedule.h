@@ -1,7 +1,9 @@
 // Scheduling: CTA roles, a global topological order, and each CTA's task list.
 //
 // Tasks are ordered by a topological sort of their waits that prefers creation order (so a
-// GEMM's rows_from order and a collective's chunk order survive). Compute tasks go round-robin to
+// GEMM's rows_from order and a collective's chunk order survive): where every wait goes from a
+// lower task id to a higher one, as in every lowered sample, that order is the ids' and no sort
+// runs. Compute tasks go round-robin to
 // the compute CTAs (by their load where the kind gives one, compiler/kinds/kind.h) and
 // communication tasks to the comm CTAs, except the row moves of the kinds that runs_anywhere,
 // which go round-robin to every CTA; each CTA's list is in that global order.
