@@ -457,8 +457,7 @@ __device__ __forceinline__ bool attention_consumer(
   mine = __shfl_sync(0xffffffffu, mine, 0);
   // The tile's descriptors; Q's start address broadcast for the same reason (the slot and w).
   AttnDescs dd = attn_descs<D, BN, BQ>(q_smem, ring, w);
-  dd.q = (dd.q & 0xFFFFFFFF00000000ull) |
-         __shfl_sync(0xffffffffu, static_cast<unsigned>(dd.q), 0);
+  dd.q = (dd.q & 0xFFFFFFFF00000000ull) | __shfl_sync(0xffffffffu, static_cast<unsigned>(dd.q), 0);
   const float scale2 = static_cast<float>(__longlong_as_double(at.scale_bits) * 1.4426950408889634);
   float o[D / 2];
 #pragma unroll
