@@ -25,7 +25,7 @@ cp bazel-bin/mkc bazel-bin/bench/gemm_bench bazel-bin/bench/allreduce_bench \
   bazel-bin/runtime/libmkc.so bazel-bin/tools/fn_eval/fn_eval "$dest/"
 # Tests open samples/*.mks relative to where they run.
 cp -r samples "$dest/samples"
-cp tools/gpu_acceptance.sh tools/gpu_tables_ab.sh tools/gpu_attention_ab.sh tools/trace_summary.py \
+cp tools/gpu_acceptance.sh tools/gpu_tables_ab.sh tools/gpu_attention_ab.sh tools/trace_summary.py tools/ncu_lines.py \
   tools/sass_loops.py "$dest/"
 mkdir -p "$dest/bench" && cp bench/*.mks bench/*.py "$dest/bench/"
 cat > "$dest/run_gpu_tests.sh" <<'RUN'
