@@ -353,7 +353,7 @@ __device__ __forceinline__ AttnDescs attn_descs(const unsigned char* q_smem,
           smem_desc(ring + S::kKBytes, S::kKBoxBytes, 1024)};
 }
 
-// S = Q Kᵀ for this warpgroup's 64 rows (descriptor dq) against the key block of stage s
+// S = Q Kᵀ for this warpgroup's 64 rows (descriptor dd.q) against the key block of stage s
 // (issued, not waited).
 template <typename T, int D, int BN, int BQ>
 __device__ __forceinline__ void attn_issue_qk(float* sc, const AttnDescs& dd, int s) {
