@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +35,19 @@ Plan plan_of(const compiler::CheckedSchedule& s) {
   return build_plan(s, o);
 }
 
+// Runs `check` on the plan of every sample at its small shape in every world of kWorlds.
+void each_sample_plan(const std::function<void(const Plan&, int64_t ranks)>& check) {
+  for (const auto& [name, defines] : mkc::testing::samples_at_small_shapes()) {
+    for (const auto& [ranks, per_node] : kWorlds) {
+      CAPTURE(name);
+      CAPTURE(ranks);
+      CAPTURE(per_node);
+      const auto c = sample(name, ranks, defines, per_node);
+      check(plan_of(c->checked.at(0)), ranks);
+    }
+  }
+}
+
 // Every lag-0 wait's producers come before its consumer in `order`.
 void check_topological(const Plan& p) {
   std::vector<std::vector<int>> producers(p.events.size());
@@ -50,16 +64,9 @@ void check_topological(const Plan& p) {
 }
 
 TEST_CASE("a task's order is its id in every sample, and the sort's after a wait on a later task") {
-  for (const auto& [name, defines] : mkc::testing::samples_at_small_shapes()) {
-    for (const auto& [ranks, per_node] : kWorlds) {
-      CAPTURE(name);
-      CAPTURE(ranks);
-      CAPTURE(per_node);
-      const auto c = sample(name, ranks, defines, per_node);
-      const Plan p = plan_of(c->checked.at(0));
-      for (size_t t = 0; t < p.tasks.size(); ++t) REQUIRE(p.tasks[t].order == static_cast<int>(t));
-    }
-  }
+  each_sample_plan([](const Plan& p, int64_t) {
+    for (size_t t = 0; t < p.tasks.size(); ++t) REQUIRE(p.tasks[t].order == static_cast<int>(t));
+  });
   // A hand-made wait on a later task that waits for nothing (no cycle): the order is no longer
   // the ids', the sort puts the later task first, and every CTA list follows the order.
   const auto c = sample("allgather", 2, mkc::testing::small_shapes().at("allgather"));
@@ -91,35 +98,28 @@ TEST_CASE("a task's order is its id in every sample, and the sort's after a wait
 }
 
 TEST_CASE("a comm group's CTA: the world's first-meeting numbering, from a rank's own tasks") {
-  for (const auto& [name, defines] : mkc::testing::samples_at_small_shapes()) {
-    for (const auto& [ranks, per_node] : kWorlds) {
-      CAPTURE(name);
-      CAPTURE(ranks);
-      CAPTURE(per_node);
-      const auto c = sample(name, ranks, defines, per_node);
-      const Plan p = plan_of(c->checked.at(0));
-      const int64_t compute = p.roles.at(0).count, comm = p.roles.at(1).count;
-      if (comm == 0) continue;
-      // The numbering the scheduler had: groups in the order the world's tasks (in `order`, here
-      // the ids) first meet them.
-      std::map<std::pair<int, int64_t>, int64_t> turn;
-      // Per grouped operation, the groups the world has and those each rank's own tasks have.
-      std::map<int, int64_t> world_groups;
-      std::map<std::pair<int, int>, int64_t> rank_groups;
-      for (const Task& t : p.tasks) {
-        const kinds::Kind& kind = kinds::kind_of(t);
-        if (t.group < 0 || kind.runs_anywhere() || !(kind.is_comm() || compute == 0)) continue;
-        const int64_t k = turn.try_emplace({t.op, t.group}, turn.size()).first->second;
-        CHECK_MESSAGE(t.cta == compute + (k + k / comm) % comm, t.label);
-        world_groups[t.op] = std::max(world_groups[t.op], t.group + 1);
-        auto& mine = rank_groups[{t.op, t.rank}];
-        mine = std::max(mine, t.group + 1);
-      }
-      for (const auto& [op, groups] : world_groups) {
-        for (int r = 0; r < ranks; ++r) CHECK(rank_groups[{op, r}] == groups);
-      }
+  each_sample_plan([](const Plan& p, int64_t ranks) {
+    const int64_t compute = p.roles.at(0).count, comm = p.roles.at(1).count;
+    if (comm == 0) return;
+    // The numbering the scheduler had: groups in the order the world's tasks (in `order`, here
+    // the ids) first meet them.
+    std::map<std::pair<int, int64_t>, int64_t> turn;
+    // Per grouped operation, the groups the world has and those each rank's own tasks have.
+    std::map<int, int64_t> world_groups;
+    std::map<std::pair<int, int>, int64_t> rank_groups;
+    for (const Task& t : p.tasks) {
+      const kinds::Kind& kind = kinds::kind_of(t);
+      if (t.group < 0 || kind.runs_anywhere() || !(kind.is_comm() || compute == 0)) continue;
+      const int64_t k = turn.try_emplace({t.op, t.group}, turn.size()).first->second;
+      CHECK_MESSAGE(t.cta == compute + (k + k / comm) % comm, t.label);
+      world_groups[t.op] = std::max(world_groups[t.op], t.group + 1);
+      auto& mine = rank_groups[{t.op, t.rank}];
+      mine = std::max(mine, t.group + 1);
     }
-  }
+    for (const auto& [op, groups] : world_groups) {
+      for (int r = 0; r < ranks; ++r) CHECK(rank_groups[{op, r}] == groups);
+    }
+  });
 }
 
 // A rank's lists that break the pair rule unpair that rank's tiles only: the pairs of a 2-CTA

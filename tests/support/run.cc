@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace mkc::testing {
@@ -16,6 +17,11 @@ std::pair<int, std::string> run_command(const std::string& cmd) {
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   const int status = ::pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string temp_path(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
 }
 
 }  // namespace mkc::testing

@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -12,11 +11,7 @@
 namespace {
 
 using mkc::testing::run_command;
-
-std::string temp(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
-}
+constexpr auto temp = mkc::testing::temp_path;
 
 TEST_CASE("sass_loops: a wgmma loop's instructions, R2URs and waits against its exps") {
   const std::string path = temp("k.sass");
